@@ -1,0 +1,3 @@
+from kubectl_runs.cli.main import entrypoint
+
+entrypoint()

@@ -1,0 +1,111 @@
+"""``kubectl runs budgets usage``: per envelope used, headroom, classes, GPU-hours; aggregates; findings."""
+
+from __future__ import annotations
+
+import click
+
+from ..engine.usage import UsageReport, budget_usage
+from ..render import REPORT_FORMATS, Column, Document, Section, gpu_hours, when
+from .options import GlobalOptions, global_options
+
+FINDING_COLUMNS = (
+    Column("KIND", lambda f: f.kind),
+    Column("LEASE", lambda f: f.lease),
+    Column("DETAIL", lambda f: f.detail),
+)
+
+
+@click.group("budgets")
+@global_options
+def budgets() -> None:
+    """Budgets: how much of each envelope is used and left."""
+
+
+@budgets.command("usage")
+@click.option("--owner", metavar="PATH", help="Keep this owner and its descendants (e.g. org:ai:rai).")
+@click.option("--flavor", metavar="FLAVOR", help="Keep envelopes of this GPU flavor (e.g. H100-80GB).")
+@global_options
+@click.pass_context
+def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> None:
+    """Every envelope at one instant: GPUs used by class (owned, shared, borrowed), headroom, unfunded and
+    spare GPUs, GPU-hours consumed in its window, aggregate caps, and findings.
+
+    \b
+    Examples:
+      kubectl runs budgets usage
+      kubectl runs budgets usage --owner org:ai:rai --flavor H100-80GB -o wide
+      kubectl runs budgets usage --snapshot fleet.json --at 2025-11-20T12:00:00Z -o csv
+    """
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(REPORT_FORMATS)
+    snapshot = opts.load(opts.report_namespace())
+    at = opts.evaluation_time(snapshot)
+    report = budget_usage(snapshot, at, owner=owner, flavor=flavor)
+    opts.print(usage_document(report, opts.report_namespace()), fmt)
+
+
+def usage_document(report: UsageReport, namespace: str | None) -> Document:
+    at = report.at
+    rows = report.envelopes
+    used = sum(e.used for e in rows)
+    concurrency = sum(e.envelope.concurrency for e in rows if e.window_active)
+    summary = [
+        f"Budgets at {at:%Y-%m-%d %H:%M}Z: {len(rows)} envelopes, {used:,} of {concurrency:,} GPUs in open windows "
+        f"used, {sum(e.headroom for e in rows):,} headroom, {sum(e.unfunded for e in rows):,} unfunded"
+        + (f", {len(report.findings)} findings" if report.findings else "")
+    ]
+    columns = (
+        Column("NAMESPACE", lambda e: e.key[0]),
+        Column("BUDGET", lambda e: e.key[1]),
+        Column("OWNER", lambda e: e.owner, wide=True),
+        Column("ENVELOPE", lambda e: e.key[2]),
+        Column("FLAVOR", lambda e: e.envelope.flavor),
+        Column("WINDOW", lambda e: e.window_active, show=lambda e: _window(e, at), wide=True),
+        Column("CONCURRENCY", lambda e: e.envelope.concurrency, wide=True),
+        Column("USED", lambda e: e.used, show=lambda e: f"{e.used}/{e.envelope.concurrency}", align="right"),
+        Column("HEADROOM", lambda e: e.headroom),
+        Column("OWNED", lambda e: e.owned, wide=True),
+        Column("SHARED", lambda e: e.shared, wide=True),
+        Column("BORROWED", lambda e: e.borrowed, wide=True),
+        Column("UNFUNDED", lambda e: e.unfunded),
+        Column("SPARE", lambda e: e.spare, wide=True),
+        Column("GPU-HOURS", lambda e: round(e.consumed_gpu_hours, 4), show=lambda e: gpu_hours(e.consumed_gpu_hours)),
+        Column("MAX-GPU-HOURS", lambda e: e.envelope.max_gpu_hours, show=lambda e: gpu_hours(e.envelope.max_gpu_hours),
+               wide=True),
+        Column("HOURS-LEFT", lambda e: _round(e.gpu_hours_headroom), show=lambda e: gpu_hours(e.gpu_hours_headroom)),
+    )
+    aggregates = Section(
+        "Aggregate caps",
+        report.aggregates,
+        (
+            Column("NAMESPACE", lambda a: a.budget.metadata.namespace),
+            Column("BUDGET", lambda a: a.budget.metadata.name),
+            Column("CAP", lambda a: a.name),
+            Column("ENVELOPES", lambda a: ",".join(a.envelopes)),
+            Column("USED", lambda a: a.used, show=lambda a: f"{a.used}/{a.max_concurrency}", align="right"),
+            Column("HEADROOM", lambda a: a.headroom),
+        ),
+    )
+    findings = Section("Findings", report.findings, FINDING_COLUMNS)
+    where = f" in {namespace} namespace" if namespace else ""
+    return Document(
+        data=report.to_json(),
+        rows=rows,
+        columns=columns,
+        summary=summary if rows else (),
+        sections=(aggregates, findings),
+        empty=f"No budgets found{where}.",
+    )
+
+
+def _window(usage, at) -> str:
+    envelope = usage.envelope
+    if usage.window_active:
+        return f"ends {when(envelope.end, at)}"
+    if envelope.start > at:
+        return f"opens {when(envelope.start, at)}"
+    return f"closed {when(envelope.end, at)}"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

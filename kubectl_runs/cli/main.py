@@ -1,0 +1,107 @@
+"""The root command: ``kubectl runs …`` (also ``kubectl-runs …``), and the one error boundary.
+
+Subcommands are imported only when they run, so ``kubectl runs --help`` stays fast and never imports the
+kubernetes client.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import ExitCode, UserError
+from .options import global_options
+
+PROG = "kubectl runs"
+
+# name -> (module, attribute, one-line help); the help is here so that --help needs no import.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "budgets": ("kubectl_runs.cli.budgets", "budgets", "Budgets: how much of each envelope is used and left."),
+    "snapshot": ("kubectl_runs.cli.snapshot", "snapshot", "Save the objects kubectl-runs reads, for offline use."),
+    "version": ("kubectl_runs.cli.version", "version", "Print the version, commit, Python and platform."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, attribute, _ = COMMANDS[cmd_name]
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@global_options
+def cli() -> None:
+    """kubectl-runs: why a GPU run is not starting and what would fix it, how much of each budget is left,
+    and who used which GPUs.
+
+    \b
+    Examples:
+      kubectl runs budgets usage                       # every envelope, used and left, now
+      kubectl runs budgets usage --snapshot fleet.json --at 2025-11-20T12:00:00Z -o json
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and turn every failure into one line on stderr and an exit code (API.md §5)."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 130
+    except UserError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        return int(exc.code)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return int(ExitCode.FAILED)
+    except Exception as exc:  # a traceback reaching a user is a bug; say so in one line
+        if os.environ.get("KUBECTL_RUNS_DEBUG"):
+            raise
+        click.echo(
+            f"error: internal error: {type(exc).__name__}: {exc} "
+            f"(kubectl-runs {__version__}; set KUBECTL_RUNS_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        return int(ExitCode.FAILED)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe (``| head``), point stdout at /dev/null so the interpreter's final flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Flags every command shares, defined once (kubectl's global flags), accepted before or after the command
+words: ``kubectl runs -o json budgets usage`` and ``kubectl runs budgets usage -o json`` are the same."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from ..model import Snapshot
+from ..render import FORMATS, TABLE, Document, check_format, render
+from ..sources import Source, default_namespace, load
+from ..timeutil import now_utc, parse_time
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+@dataclass
+class GlobalOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    snapshots: list[str] = field(default_factory=list)
+    at: str | None = None
+    output: str | None = None
+    no_headers: bool = False
+    request_timeout: str | None = None
+    wall_clock: datetime = field(default_factory=now_utc)  # the one read of the clock (DESIGN.md)
+
+    @staticmethod
+    def of(ctx: click.Context) -> GlobalOptions:
+        return ctx.find_root().ensure_object(GlobalOptions)
+
+    # --- complete ---------------------------------------------------------------------------------------
+
+    def object_namespace(self) -> str:
+        """Commands on one object look in ``-n``, else the kubeconfig context's namespace, else default."""
+        return self.namespace or default_namespace(self.kubeconfig, self.context)
+
+    def report_namespace(self) -> str | None:
+        """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
+        return None if self.all_namespaces else self.namespace
+
+    def source(self, namespace: str | None) -> Source:
+        return Source(
+            snapshots=tuple(self.snapshots),
+            kubeconfig=self.kubeconfig,
+            context=self.context,
+            request_timeout=self.timeout_seconds(),
+            namespace=namespace,
+        )
+
+    def timeout_seconds(self) -> float | None:
+        """``--request-timeout`` as kubectl reads it: ``0`` = none, ``30`` or ``30s``, ``2m``, ``1h``."""
+        if self.request_timeout is None:
+            return None
+        match = _DURATION.match(self.request_timeout.strip())
+        if not match:
+            raise UsageError(
+                f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
+            )
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+        seconds = float(match.group(1)) * scale
+        return seconds or None
+
+    def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
+        snapshot = load(self.source(namespace), stdin)
+        for note in snapshot.notes:
+            click.echo(f"note: {note}", err=True)
+        return snapshot
+
+    def evaluation_time(self, snapshot: Snapshot | None = None) -> datetime:
+        """``--at``, else the snapshot's stamp, else the wall clock read at start-up (API.md §2)."""
+        if self.at:
+            try:
+                return parse_time(self.at, flag="--at")
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        if snapshot is not None and snapshot.taken_at is not None:
+            return snapshot.taken_at
+        return self.wall_clock
+
+    # --- validate & print -------------------------------------------------------------------------------
+
+    def output_format(self, allowed: Sequence[str]) -> str:
+        return check_format(self.output or TABLE, allowed)
+
+    def print(self, doc: Document, fmt: str) -> None:
+        render(doc, fmt, sys.stdout, sys.stderr, no_headers=self.no_headers)
+
+
+def _store(name: str, *, append: bool = False) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False or value == ():
+            return
+        opts = GlobalOptions.of(ctx)
+        if append:
+            getattr(opts, name).extend(value)
+        else:
+            setattr(opts, name, value)
+
+    return callback
+
+
+_GLOBAL_OPTIONS = (
+    click.option("--kubeconfig", metavar="PATH", callback=_store("kubeconfig"), expose_value=False,
+                 help="Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config)."),
+    click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
+                 help="The kubeconfig context to use."),
+    click.option("-n", "--namespace", metavar="NS", callback=_store("namespace"), expose_value=False,
+                 help="The namespace: of the object for plan/explain/seeds verify; narrows reports."),
+    click.option("-A", "--all-namespaces", is_flag=True, default=None, callback=_store("all_namespaces"),
+                 expose_value=False, help="Reports over every namespace you may read (the default for reports)."),
+    click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, callback=_store("snapshots", append=True),
+                 expose_value=False, help="Read objects from a snapshot file or directory instead of a cluster "
+                 "(repeatable; - is stdin)."),
+    click.option("--at", metavar="TIME", callback=_store("at"), expose_value=False,
+                 help="Evaluate at this instant (RFC 3339); default: the snapshot's time, else now."),
+    click.option("-o", "--output", metavar="FORMAT", type=click.Choice(list(FORMATS)), callback=_store("output"),
+                 expose_value=False, help="Output format: table, wide, json, yaml, or csv (tabular reports)."),
+    click.option("--no-headers", is_flag=True, default=None, callback=_store("no_headers"), expose_value=False,
+                 help="Print tables and CSV without the header row."),
+    click.option("--request-timeout", metavar="DURATION", callback=_store("request_timeout"), expose_value=False,
+                 help="How long to wait for one request to the API server (0 = no limit; 30s, 2m)."),
+)
+
+
+def global_options(command: Callable) -> Callable:
+    """Give a command (or group) every global flag."""
+    for option in reversed(_GLOBAL_OPTIONS):
+        command = option(command)
+    return command

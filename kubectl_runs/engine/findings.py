@@ -1,0 +1,38 @@
+"""Findings: problems in the ledger, the same kinds in every report (API.md §5 `leases audit`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DOUBLE_BOOKED = "DoubleBooked"
+UNKNOWN_NODE = "UnknownNode"
+UNKNOWN_RUN = "UnknownRun"
+UNKNOWN_ENVELOPE = "UnknownEnvelope"
+ACL_VIOLATION = "ACLViolation"
+OVERDRAFT = "Overdraft"
+UNBOUND_NAMESPACE = "UnboundNamespace"
+
+KINDS = (DOUBLE_BOOKED, UNKNOWN_NODE, UNKNOWN_RUN, UNKNOWN_ENVELOPE, ACL_VIOLATION, OVERDRAFT, UNBOUND_NAMESPACE)
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One problem, said in a line a person can act on. ``lease`` is ``namespace/name`` or None when the
+    finding is about a namespace or a budget rather than one lease."""
+
+    kind: str
+    lease: str | None
+    detail: str
+    # What the finding concerns, for filtering reports (not part of the JSON): an envelope key
+    # (namespace, budget, envelope) and/or a namespace.
+    envelope: tuple[str, str, str] | None = field(default=None, compare=False)
+    namespace: str | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "lease": self.lease, "detail": self.detail}
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Stable, readable order: by kind as listed in KINDS, then lease, then detail."""
+    rank = {kind: i for i, kind in enumerate(KINDS)}
+    return sorted(set(findings), key=lambda f: (rank.get(f.kind, len(KINDS)), f.lease or "", f.detail))

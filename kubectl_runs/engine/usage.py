@@ -1,0 +1,54 @@
+"""The `budgets usage` report: every envelope's usage at one instant, filtered (API.md §5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..model import Snapshot
+from ..timeutil import rfc3339
+from .accounting import AggregateUsage, EnvelopeUsage, ledger
+from .findings import Finding, sort_findings
+from .owners import is_ancestor
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    at: datetime
+    envelopes: list[EnvelopeUsage]
+    aggregates: list[AggregateUsage]
+    findings: list[Finding]
+
+    def to_json(self) -> dict:
+        return {
+            "at": rfc3339(self.at),
+            "envelopes": [e.to_json() for e in self.envelopes],
+            "aggregates": [a.to_json() for a in self.aggregates],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def owner_selected(owner: str, wanted: str | None) -> bool:
+    """``--owner PATH`` keeps that owner and its descendants."""
+    return wanted is None or owner == wanted or is_ancestor(wanted, owner)
+
+
+def budget_usage(
+    snapshot: Snapshot, at: datetime, *, owner: str | None = None, flavor: str | None = None
+) -> UsageReport:
+    book = ledger(snapshot, at)
+    kept = [
+        usage
+        for key, usage in sorted(book.envelopes.items())
+        if owner_selected(usage.owner, owner) and (flavor is None or usage.envelope.flavor == flavor)
+    ]
+    kept_keys = {u.key for u in kept}
+    kept_budgets = {(u.key[0], u.key[1]) for u in kept}
+    aggregates = [
+        a
+        for a in book.aggregates
+        if (a.budget.metadata.namespace, a.budget.metadata.name) in kept_budgets
+    ]
+    unfiltered = owner is None and flavor is None
+    findings = [f for f in book.findings if unfiltered or (f.envelope is not None and f.envelope in kept_keys)]
+    return UsageReport(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))

@@ -1,0 +1,517 @@
+"""Typed, frozen records of the objects kubectl-runs reads (API.md §1).
+
+The records keep only the fields the engine reads; everything else in a Kubernetes object is skipped while
+decoding, which is what makes loading 200,000 leases cheap (NOTES.md, "Loading big snapshots fast").
+Python attribute names are snake_case; on the wire they are the API's camelCase, with ``gpus``/``gpu``
+written ``GPUs``/``GPU`` as API.md spells them (``total_gpus`` <-> ``totalGPUs``).
+
+Structs are declared ``gc=False``: they never form reference cycles, so the cyclic garbage collector need
+not track millions of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Annotated, Literal
+
+import msgspec
+
+GROUP = "jobtree.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+SNAPSHOT_TIME_ANNOTATION = "jobtree.dev/snapshot-time"
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+
+_WIRE_WORDS = {"gpus": "GPUs", "gpu": "GPU"}
+
+
+def wire_name(python_name: str) -> str:
+    """``max_gpu_hours`` -> ``maxGPUHours``: the API's camelCase with GPU(s) upper-cased."""
+    first, *rest = python_name.split("_")
+    return first + "".join(_WIRE_WORDS.get(word, word.capitalize()) for word in rest)
+
+
+class Record(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+    """Base of every record: frozen, untracked by the GC, camelCase on the wire."""
+
+
+Time = Annotated[datetime, msgspec.Meta(tz=True)]
+Positive = Annotated[int, msgspec.Meta(gt=0)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+OwnerPath = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ObjectMeta(Record):
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+    creation_timestamp: Time | None = None
+    deletion_timestamp: Time | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class ClusterObjectMeta(Record):
+    """Metadata of a cluster-scoped object (a Node): no namespace."""
+
+    name: str
+    labels: dict[str, str] = {}
+    creation_timestamp: Time | None = None
+
+
+class ObjectRef(Record):
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Condition(Record):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+# --- Node (core/v1, read only) ----------------------------------------------------------------------------
+
+
+class Taint(Record):
+    key: str
+    effect: str = ""
+    value: str = ""
+
+
+class NodeSpec(Record):
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+
+class NodeStatus(Record):
+    allocatable: dict[str, str | int] = {}
+
+
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+
+
+class Node(Record, tag_field="kind", tag="Node"):
+    metadata: ClusterObjectMeta
+    spec: NodeSpec = NodeSpec()
+    status: NodeStatus = NodeStatus()
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def flavor(self) -> str | None:
+        return self.metadata.labels.get("gpu.flavor")
+
+    @property
+    def domain(self) -> str | None:
+        return self.metadata.labels.get("fabric.domain")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the node offers: ``allocatable`` of nvidia.com/gpu or amd.com/gpu (both vendors count)."""
+        total = 0
+        for resource in GPU_RESOURCES:
+            value = self.status.allocatable.get(resource)
+            if value is not None:
+                total += _quantity(value)
+        return total
+
+    @property
+    def out_of_service(self) -> bool:
+        return any(t.key == OUT_OF_SERVICE_TAINT for t in self.spec.taints)
+
+    @property
+    def schedulable(self) -> bool:
+        """Takes new placement: not cordoned and not out of service."""
+        return not self.spec.unschedulable and not self.out_of_service
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """``<node>#0 … <node>#(n-1)``; an out-of-service node holds no usable slots."""
+        if self.out_of_service:
+            return ()
+        return tuple(f"{self.name}#{i}" for i in range(self.gpus))
+
+
+def _quantity(value: str | int) -> int:
+    """A GPU count quantity (``"8"``); extended resources are whole numbers."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+# --- Budget -------------------------------------------------------------------------------------------------
+
+
+class Lending(Record):
+    allow: bool = False
+    to: tuple[str, ...] = ()
+    max_concurrency: NonNegative | None = None
+
+
+class Envelope(Record):
+    name: str
+    flavor: str
+    concurrency: Positive
+    start: Time
+    end: Time
+    selector: dict[str, str] = {}
+    max_gpu_hours: NonNegativeFloat | None = None
+    lending: Lending | None = None
+
+    def window_contains(self, at: datetime) -> bool:
+        return self.start <= at < self.end
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        """The envelope may pay for a node with these labels (``*`` = any value, ``{}`` = every node)."""
+        for key, want in self.selector.items():
+            have = labels.get(key)
+            if have is None or (want != "*" and have != want):
+                return False
+        return True
+
+
+class AggregateCap(Record):
+    name: str
+    envelopes: tuple[str, ...]
+    max_concurrency: NonNegative
+
+
+class BudgetSpec(Record):
+    owner: OwnerPath
+    envelopes: tuple[Envelope, ...]
+    aggregate_caps: tuple[AggregateCap, ...] = ()
+
+
+class Budget(Record, tag_field="kind", tag="Budget"):
+    metadata: ObjectMeta
+    spec: BudgetSpec
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+# --- Run ----------------------------------------------------------------------------------------------------
+
+
+class Resources(Record):
+    gpu_type: str
+    total_gpus: Positive
+
+
+class Locality(Record):
+    group_gpus: Positive | None = None
+    allow_cross_group_spread: bool = True
+
+
+class Malleable(Record):
+    min_total_gpus: Positive
+    max_total_gpus: Positive
+    step_gpus: Positive = 1
+    desired_total_gpus: Positive | None = None
+
+
+class Funding(Record):
+    allow_borrow: bool = False
+    max_borrow_gpus: NonNegative | None = None
+    sponsors: tuple[str, ...] = ()
+
+
+class RunSpec(Record):
+    resources: Resources
+    locality: Locality | None = None
+    spares_per_group: NonNegative = 0
+    malleable: Malleable | None = None
+    funding: Funding | None = None
+
+
+class Eta(Record):
+    estimated_completion: Time | None = None
+    source: str = ""
+
+
+class PreemptionRecord(Record):
+    reservation: str
+    seed: str = ""
+    at: Time | None = None
+    gpus: int = 0
+
+
+RunPhase = Literal["Pending", "Reserved", "Running", "Succeeded", "Failed"]
+
+
+class RunStatus(Record):
+    phase: RunPhase | None = None
+    reason: str = ""
+    message: str = ""
+    pending_reservation: str = ""
+    eta: Eta | None = None
+    preemptions: tuple[PreemptionRecord, ...] = ()
+
+
+class Run(Record, tag_field="kind", tag="Run"):
+    metadata: ObjectMeta
+    spec: RunSpec
+    status: RunStatus = RunStatus()
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status.phase in ("Succeeded", "Failed")
+
+
+# --- Reservation ---------------------------------------------------------------------------------------------
+
+
+class Scope(Record):
+    flavor: str
+    domain: str | None = None
+
+
+class EnvelopeRef(Record):
+    budget: str
+    envelope: str
+
+
+class ReservationSpec(Record):
+    run_ref: ObjectRef
+    scope: Scope
+    earliest_start: Time
+    paying_envelope: EnvelopeRef | None = None
+
+
+class ConflictEntry(Record):
+    run: str
+    group: int
+    owner: str = ""
+    class_: str = msgspec.field(default="", name="class")
+    gpus: int = 0
+    ticket: str = ""
+
+
+class Action(Record):
+    kind: str
+    run: str = ""
+    group: int | None = None
+    lease: str = ""
+    gpus: int = 0
+
+
+class Activation(Record):
+    at: Time | None = None
+    seed: str = ""
+    deficit_gpus: int = 0
+    conflict_set: tuple[ConflictEntry, ...] = ()
+    actions: tuple[Action, ...] = ()
+    freed_gpus: int = 0
+
+
+ReservationState = Literal["Pending", "Activated", "Released", "Failed"]
+
+
+class ReservationStatus(Record):
+    state: ReservationState | None = None
+    reason: str = ""
+    activation: Activation | None = None
+
+
+class Reservation(Record, tag_field="kind", tag="Reservation"):
+    metadata: ObjectMeta
+    spec: ReservationSpec
+    status: ReservationStatus = ReservationStatus()
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+# --- GPULease ------------------------------------------------------------------------------------------------
+
+
+class Slice(Record):
+    slots: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
+    role: Literal["Active", "Spare"]
+
+
+class PaidBy(Record):
+    budget: str
+    envelope: str
+    namespace: str = ""
+
+
+class LeasePreemption(Record):
+    reservation: str = ""
+    seed: str = ""
+
+
+class GPULeaseSpec(Record):
+    owner: OwnerPath
+    run_ref: ObjectRef
+    group: NonNegative
+    flavor: str
+    slice: Slice
+    start: Time
+    reason: Literal["Start", "Grow", "Swap"]
+    paid_by: PaidBy | None = None
+
+
+ClosureReason = Literal[
+    "Completed", "Shrink", "DropSpare", "ReclaimUnfunded", "RandomPreempt", "NodeFailure", "RunDeleted", "Orphaned"
+]
+
+
+class GPULeaseStatus(Record):
+    closed: bool = False
+    ended: Time | None = None
+    closure_reason: ClosureReason | None = None
+    preemption: LeasePreemption | None = None
+
+
+class GPULease(Record, tag_field="kind", tag="GPULease"):
+    metadata: ObjectMeta
+    spec: GPULeaseSpec
+    status: GPULeaseStatus = GPULeaseStatus()
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def gpus(self) -> int:
+        return len(self.spec.slice.slots)
+
+    @property
+    def run_key(self) -> str:
+        ref = self.spec.run_ref
+        return f"{ref.namespace}/{ref.name}"
+
+    @property
+    def payer(self) -> tuple[str, str, str] | None:
+        """(namespace, budget, envelope) this lease is charged to; the namespace defaults to the run's."""
+        paid = self.spec.paid_by
+        if paid is None:
+            return None
+        return (paid.namespace or self.spec.run_ref.namespace, paid.budget, paid.envelope)
+
+    def open_at(self, at: datetime) -> bool:
+        """Open on ``[start, ended)``; a closed lease with no recorded end is not open."""
+        if self.spec.start > at:
+            return False
+        if not self.status.closed:
+            return True
+        ended = self.status.ended
+        return ended is not None and at < ended
+
+    def end_or(self, at: datetime) -> datetime:
+        """When the lease stopped holding GPUs, or ``at`` when it is still open."""
+        if self.status.closed:
+            return self.status.ended or self.spec.start
+        return at
+
+
+KINDS = {"Node": Node, "Budget": Budget, "Run": Run, "Reservation": Reservation, "GPULease": GPULease}
+AnyObject = Node | Budget | Run | Reservation | GPULease
+
+
+# --- Snapshot -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every object a command evaluates, loaded once and never changed."""
+
+    nodes: tuple[Node, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    runs: tuple[Run, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    leases: tuple[GPULease, ...] = ()
+    taken_at: datetime | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @cached_property
+    def nodes_by_name(self) -> dict[str, Node]:
+        return {n.metadata.name: n for n in self.nodes}
+
+    @cached_property
+    def runs_by_key(self) -> dict[str, Run]:
+        return {r.key: r for r in self.runs}
+
+    @cached_property
+    def reservations_by_key(self) -> dict[str, Reservation]:
+        return {r.key: r for r in self.reservations}
+
+    @cached_property
+    def leases_by_key(self) -> dict[str, GPULease]:
+        return {lease.key: lease for lease in self.leases}
+
+    @cached_property
+    def envelopes_by_key(self) -> dict[tuple[str, str, str], tuple[Budget, Envelope]]:
+        """(namespace, budget, envelope) -> (Budget, Envelope)."""
+        return {
+            (b.metadata.namespace, b.metadata.name, e.name): (b, e) for b in self.budgets for e in b.spec.envelopes
+        }
+
+    @cached_property
+    def leases_by_run(self) -> dict[str, list[GPULease]]:
+        out: dict[str, list[GPULease]] = {}
+        for lease in self.leases:
+            ref = lease.spec.run_ref
+            out.setdefault(f"{ref.namespace}/{ref.name}", []).append(lease)
+        return out
+
+    @property
+    def namespaces(self) -> set[str]:
+        spaces = {b.metadata.namespace for b in self.budgets}
+        spaces.update(r.metadata.namespace for r in self.runs)
+        spaces.update(r.metadata.namespace for r in self.reservations)
+        spaces.update(lease.metadata.namespace for lease in self.leases)
+        return spaces
+
+    def in_namespace(self, namespace: str | None) -> Snapshot:
+        """The same snapshot with only one namespace's objects (nodes are cluster-wide and all kept)."""
+        if namespace is None:
+            return self
+        return Snapshot(
+            nodes=self.nodes,
+            budgets=tuple(b for b in self.budgets if b.metadata.namespace == namespace),
+            runs=tuple(r for r in self.runs if r.metadata.namespace == namespace),
+            reservations=tuple(r for r in self.reservations if r.metadata.namespace == namespace),
+            leases=tuple(x for x in self.leases if x.metadata.namespace == namespace),
+            taken_at=self.taken_at,
+            notes=self.notes,
+        )

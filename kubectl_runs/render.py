@@ -1,0 +1,215 @@
+"""Every output format, in one place (DESIGN.md: one renderer, one format registry).
+
+A command hands ``render`` a ``Document``: the exact data for ``-o json|yaml``, and for people a table
+described by ``Column``s (plus summary lines before it and further sections after it). Tables use tabulate
+and humanize; JSON and YAML are exact; CSV writes the wide columns with raw values.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any
+
+from .errors import UsageError
+
+TABLE, WIDE, JSON, YAML, CSV = "table", "wide", "json", "yaml", "csv"
+FORMATS = {
+    TABLE: "a table for people (default)",
+    WIDE: "a table with more columns",
+    JSON: "exact JSON, for machines",
+    YAML: "exact YAML",
+    CSV: "comma-separated values, one row per line (tabular reports)",
+}
+OBJECT_FORMATS = (TABLE, WIDE, JSON, YAML)
+REPORT_FORMATS = (TABLE, WIDE, JSON, YAML, CSV)
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def check_format(fmt: str, allowed: Sequence[str]) -> str:
+    """kubectl's wording for an output format a command cannot print."""
+    if fmt not in allowed:
+        raise UsageError(
+            f'unable to match a printer suitable for the output format "{fmt}", '
+            f"allowed formats are: {','.join(sorted(allowed))}"
+        )
+    return fmt
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: ``value`` gives the exact value (CSV), ``show`` how people see it (tables)."""
+
+    header: str
+    value: Callable[[Any], Any]
+    show: Callable[[Any], Any] | None = None
+    wide: bool = False  # only with -o wide (and in CSV)
+    align: str | None = None
+
+
+@dataclass
+class Section:
+    title: str
+    rows: Sequence[Any]
+    columns: Sequence[Column]
+
+
+@dataclass
+class Document:
+    data: Any
+    rows: Sequence[Any] = ()
+    columns: Sequence[Column] = ()
+    summary: Sequence[str] = ()
+    sections: Sequence[Section] = ()
+    empty: str | None = None  # said on stderr when there are no rows (kubectl's "No resources found")
+    notes: list[str] = field(default_factory=list)  # warnings for stderr
+
+
+def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: bool = False) -> None:
+    for note in doc.notes:
+        err.write(f"warning: {note}\n")
+    if fmt == JSON:
+        out.write(json.dumps(doc.data, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+    elif fmt == YAML:
+        import yaml
+
+        out.write(yaml.safe_dump(_plain(doc.data), sort_keys=False, allow_unicode=True, default_flow_style=False))
+    elif fmt == CSV:
+        _write_csv(doc, out, no_headers)
+    else:
+        _write_tables(doc, fmt == WIDE, out, err, no_headers)
+
+
+def _write_tables(doc: Document, wide: bool, out: IO[str], err: IO[str], no_headers: bool) -> None:
+    for line in doc.summary:
+        out.write(clean(line) + "\n")
+    if doc.columns:
+        if doc.rows:
+            if doc.summary:
+                out.write("\n")
+            out.write(table(doc.rows, doc.columns, wide=wide, no_headers=no_headers) + "\n")
+        elif doc.empty:
+            err.write(doc.empty + "\n")
+    for section in doc.sections:
+        if not section.rows:
+            continue
+        out.write(f"\n{section.title}:\n")
+        out.write(table(section.rows, section.columns, wide=wide, no_headers=no_headers) + "\n")
+
+
+def table(rows: Sequence[Any], columns: Sequence[Column], *, wide: bool, no_headers: bool = False) -> str:
+    from tabulate import tabulate
+
+    chosen = [c for c in columns if wide or not c.wide]
+    body = [[clean(_shown(c, row)) for c in chosen] for row in rows]
+    headers = () if no_headers else [c.header for c in chosen]
+    aligns = [c.align or ("right" if _numeric(body, i) else "left") for i, c in enumerate(chosen)]
+    text = tabulate(body, headers=headers, tablefmt="plain", colalign=aligns, disable_numparse=True)
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def _numeric(body: list[list[str]], index: int) -> bool:
+    cells = [row[index] for row in body if row[index] not in ("", "-", "<none>")]
+    return bool(cells) and all(_NUMBER.match(cell) for cell in cells)
+
+
+_NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?%?$")
+
+
+def _shown(column: Column, row: Any) -> str:
+    value = column.show(row) if column.show else column.value(row)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _write_csv(doc: Document, out: IO[str], no_headers: bool) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    if not no_headers:
+        writer.writerow([c.header for c in doc.columns])
+    for row in doc.rows:
+        writer.writerow([_csv_cell(c.value(row)) for c in doc.columns])
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return _rfc3339(value)
+    if isinstance(value, (list, tuple)):
+        return ";".join(str(v) for v in value)
+    return value
+
+
+def clean(text: str) -> str:
+    """No newlines or terminal escapes inside a cell: names come from other people's objects."""
+    return _UNSAFE.sub(" ", text)
+
+
+def _rfc3339(at: datetime) -> str:
+    from .timeutil import rfc3339
+
+    return rfc3339(at) or ""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return _rfc3339(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-shaped builtins for YAML (times as RFC 3339 strings, tuples as lists)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return _rfc3339(value)
+    return value
+
+
+# --- humanized cells ----------------------------------------------------------------------------------------
+
+
+def gpus(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def gpu_hours(value: float | None) -> str:
+    if value is None:
+        return "-"
+    import humanize
+
+    if abs(value) >= 100:
+        return humanize.intcomma(round(value))
+    return humanize.intcomma(round(value, 1))
+
+
+def ago(then: datetime | None, at: datetime) -> str:
+    """kubectl-style age: how long before ``at``."""
+    if then is None:
+        return "<unknown>"
+    import humanize
+
+    return humanize.naturaldelta(at - then) if then <= at else "in " + humanize.naturaldelta(then - at)
+
+
+def when(then: datetime | None, at: datetime) -> str:
+    """A time relative to the evaluation clock ("in 2 hours", "3 days ago")."""
+    if then is None:
+        return "-"
+    import humanize
+
+    if then >= at:
+        return "in " + humanize.naturaldelta(then - at)
+    return humanize.naturaldelta(at - then) + " ago"

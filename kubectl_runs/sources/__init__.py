@@ -1,0 +1,44 @@
+"""Where a Snapshot comes from: snapshot files, or the cluster of the current kubeconfig context.
+
+Only ``sources.cluster`` imports the kubernetes client, and only when a command talks to a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import Snapshot
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to read: snapshot paths, else the cluster named by kubeconfig/context."""
+
+    snapshots: tuple[str, ...] = ()
+    kubeconfig: str | None = None
+    context: str | None = None
+    request_timeout: float | None = None
+    namespace: str | None = None  # list only this namespace; None = every namespace
+
+    @property
+    def live(self) -> bool:
+        return not self.snapshots
+
+
+def load(source: Source, stdin: Any = None) -> Snapshot:
+    if source.snapshots:
+        from .files import load_snapshot
+
+        return load_snapshot(source.snapshots, stdin).in_namespace(source.namespace)
+    from .cluster import load_cluster
+
+    return load_cluster(source)
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (like kubectl), else ``default``. Reads the kubeconfig
+    files with PyYAML, so it costs no import of the kubernetes client."""
+    from .kubeconfig import context_namespace
+
+    return context_namespace(kubeconfig, context) or "default"

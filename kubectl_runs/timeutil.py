@@ -1,0 +1,46 @@
+"""Instants and durations as users type them and as the API writes them."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(text: str, *, now: datetime | None = None, flag: str = "--at") -> datetime:
+    """RFC 3339 (``2025-11-01T00:15:00Z``), a date (``2025-11-01``, midnight UTC), ``now``, or — when
+    ``now`` is given — a relative duration back from it (``7d``, ``24h``, ``90m``)."""
+    value = text.strip()
+    if value == "now" and now is not None:
+        return now
+    match = _RELATIVE.match(value)
+    if match and now is not None:
+        return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    try:
+        parsed = datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        raise ValueError(
+            f"{flag}: {text!r} is not a time: use RFC 3339 (2025-11-01T00:15:00Z)"
+            + (", a date, or a duration back from --at (7d, 24h)" if now is not None else "")
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def rfc3339(at: datetime | None) -> str | None:
+    """Seconds precision, UTC, ``Z`` suffix: the form API.md uses everywhere (seeds included)."""
+    if at is None:
+        return None
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hours(delta: timedelta) -> float:
+    return delta.total_seconds() / 3600.0
+
+
+def now_utc() -> datetime:
+    """The wall clock; read once, at the CLI root (DESIGN.md: nothing below calls now())."""
+    return datetime.now(UTC).replace(microsecond=0)

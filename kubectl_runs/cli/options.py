@@ -32,6 +32,7 @@ class GlobalOptions:
     output: str | None = None
     no_headers: bool = False
     request_timeout: str | None = None
+    chunk_size: int | None = None
     wall_clock: datetime = field(default_factory=now_utc)  # the one read of the clock (DESIGN.md)
 
     @staticmethod
@@ -55,6 +56,7 @@ class GlobalOptions:
             context=self.context,
             request_timeout=self.timeout_seconds(),
             namespace=namespace,
+            chunk_size=self.chunk_size,
         )
 
     def timeout_seconds(self) -> float | None:
@@ -129,6 +131,8 @@ _GLOBAL_OPTIONS = (
                  help="Print tables and CSV without the header row."),
     click.option("--request-timeout", metavar="DURATION", callback=_store("request_timeout"), expose_value=False,
                  help="How long to wait for one request to the API server (0 = no limit; 30s, 2m)."),
+    click.option("--chunk-size", type=click.IntRange(min=1), metavar="N", callback=_store("chunk_size"),
+                 expose_value=False, help="Objects per list request to the API server (default 500)."),
 )
 
 

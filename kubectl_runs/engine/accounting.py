@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..timeutil import rfc3339
 from ..model import Budget, Envelope, GPULease, Snapshot
+from ..timeutil import rfc3339
 from . import findings as fk
 from .findings import Finding
 from .owners import NamespaceOwners, any_pattern_matches, is_family, namespace_owners

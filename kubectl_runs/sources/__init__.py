@@ -20,6 +20,7 @@ class Source:
     context: str | None = None
     request_timeout: float | None = None
     namespace: str | None = None  # list only this namespace; None = every namespace
+    chunk_size: int | None = None  # objects per list page (kubectl's --chunk-size)
 
     @property
     def live(self) -> bool:

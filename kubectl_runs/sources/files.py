@@ -112,7 +112,7 @@ class _Collector:
         try:
             self.stamps.append(msgspec.convert(text, datetime))
         except msgspec.ValidationError:
-            raise SnapshotError(f"{where}: annotation {SNAPSHOT_TIME_ANNOTATION}: {text!r} is not an RFC 3339 time")
+            raise SnapshotError(f"{where}: annotation {SNAPSHOT_TIME_ANNOTATION}: {text!r} is not an RFC 3339 time") from None
 
     def skip(self, kind: str) -> None:
         self.skipped[kind or "<no kind>"] = self.skipped.get(kind or "<no kind>", 0) + 1

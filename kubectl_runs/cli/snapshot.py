@@ -1,0 +1,82 @@
+"""``kubectl runs snapshot save``: the objects kubectl-runs reads, as one JSON ``List`` for offline use."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import msgspec
+
+from ..errors import UserError
+from ..model import API_VERSION, SNAPSHOT_TIME_ANNOTATION
+from ..render import JSON, YAML, Document
+from ..timeutil import rfc3339
+from .options import GlobalOptions, global_options
+
+
+@click.group("snapshot")
+@global_options
+def snapshot() -> None:
+    """Save the objects kubectl-runs reads, for offline use."""
+
+
+@snapshot.command("save")
+@click.option("-f", "--file", "path", metavar="PATH", help="Write to this file instead of stdout.")
+@global_options
+@click.pass_context
+def save(ctx: click.Context, path: str | None) -> None:
+    """Nodes, Budgets, Runs, Reservations and GPULeases as one JSON List stamped with the time it was taken
+    (annotation jobtree.dev/snapshot-time). Every command reads it back with --snapshot and gives the answer
+    it would have given live at that instant.
+
+    \b
+    Examples:
+      kubectl runs snapshot save > fleet-$(date +%F).json
+      kubectl runs budgets usage --snapshot fleet-2025-11-20.json
+      kubectl runs snapshot save --snapshot fleet.yaml > fleet.json   # YAML in, normalized JSON out
+    """
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format((JSON, YAML)) if opts.output else JSON
+    source = opts.source(opts.report_namespace())
+    if source.live:
+        from ..sources.cluster import save_cluster
+
+        document = save_cluster(source, rfc3339(opts.evaluation_time()))
+    else:
+        loaded = opts.load(opts.report_namespace())
+        document = _normalized(loaded, rfc3339(opts.evaluation_time(loaded)))
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                _write(document, fmt, out)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        click.echo(f"saved {len(document['items'])} objects to {path}", err=True)
+    else:
+        _write(document, fmt, sys.stdout)
+
+
+def _write(document: dict, fmt: str, out) -> None:
+    if fmt == JSON:
+        out.write(msgspec.json.encode(document).decode() + "\n")
+    else:
+        opts_free = Document(data=document)
+        from ..render import render
+
+        render(opts_free, fmt, out, sys.stderr)
+
+
+def _normalized(loaded, taken_at: str | None) -> dict:
+    """The typed records re-encoded (only the fields kubectl-runs reads survive)."""
+    items = []
+    for group in (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases):
+        for obj in group:
+            item = msgspec.to_builtins(obj)
+            item["apiVersion"] = "v1" if item["kind"] == "Node" else API_VERSION
+            items.append(item)
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
+        "items": items,
+    }

@@ -1,0 +1,295 @@
+"""The live source: the cluster of the current kubeconfig context (the only module that imports the
+kubernetes client).
+
+kubeconfig discovery is kubectl's (``--kubeconfig``, else ``$KUBECONFIG`` with several files, else
+``~/.kube/config``, else in-cluster), exec credential plugins included. Lists are paginated with
+``limit``/``continue`` and start again from scratch when a continue token expires (410 Gone). Each page is
+decoded straight into typed records, as snapshot files are. Every failure becomes one line naming what was
+refused or unreachable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from ..errors import UserError
+from ..model import GROUP, KINDS, SNAPSHOT_TIME_ANNOTATION, VERSION, Snapshot
+from . import Source
+from .files import _Collector, gc_paused
+
+DEFAULT_CHUNK_SIZE = 500  # kubectl's --chunk-size default
+RELIST_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    plural: str
+    api_version: str
+    namespaced: bool
+
+    def path(self, namespace: str | None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            return f"{base}/namespaces/{quote(namespace)}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+    @property
+    def qualified(self) -> str:
+        group = self.api_version.rpartition("/")[0]
+        return f"{self.plural}.{group}" if group else self.plural
+
+
+CRD_API = f"{GROUP}/{VERSION}"
+RESOURCES = (
+    Resource("Node", "nodes", "v1", namespaced=False),
+    Resource("Budget", "budgets", CRD_API, namespaced=True),
+    Resource("Run", "runs", CRD_API, namespaced=True),
+    Resource("Reservation", "reservations", CRD_API, namespaced=True),
+    Resource("GPULease", "gpuleases", CRD_API, namespaced=True),
+)
+EVENTS = Resource("Event", "events", "v1", namespaced=True)
+
+
+class ClusterError(UserError):
+    """The cluster refused or could not answer; the message is one line."""
+
+
+class _ListMeta(msgspec.Struct, frozen=True, gc=False):
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct, frozen=True, gc=False):
+    metadata: _ListMeta = _ListMeta()
+
+
+_PAGE_META = msgspec.json.Decoder(_Page)
+_ITEM_DECODERS: dict[str, msgspec.json.Decoder] = {}
+
+
+def _items_decoder(kind: str) -> msgspec.json.Decoder:
+    """A decoder of one list page into typed records (items of built-in lists carry no ``kind``)."""
+    decoder = _ITEM_DECODERS.get(kind)
+    if decoder is None:
+        page_type = msgspec.defstruct(f"{kind}Page", [("items", list[KINDS[kind]], [])], frozen=True, gc=False)
+        decoder = _ITEM_DECODERS[kind] = msgspec.json.Decoder(page_type)
+    return decoder
+
+
+class Cluster:
+    """A connection to one API server, made from kubeconfig like kubectl's."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.api = _api_client(source)
+        self.server = self.api.configuration.host
+        self.timeout = source.request_timeout
+        self.chunk_size = source.chunk_size or DEFAULT_CHUNK_SIZE
+
+    # --- raw requests -----------------------------------------------------------------------------------
+
+    def get(self, path: str, query: list[tuple[str, Any]] | None = None) -> bytes:
+        """GET ``path`` and return the body; non-2xx answers and transport failures raise ClusterError."""
+        from kubernetes.client.exceptions import ApiException
+
+        request = self.api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(*request, _request_timeout=self.timeout)
+            response.read()
+        except ApiException as exc:  # raised by some transports before a response exists
+            raise self._http_error(exc.status, exc.body, path) from None
+        except Exception as exc:  # urllib3 transport errors: unreachable, TLS, timeout
+            raise self._transport_error(exc) from None
+        if not 200 <= response.status <= 299:
+            raise self._http_error(response.status, response.data, path)
+        return response.data
+
+    def pages(self, resource: Resource, namespace: str | None) -> Iterator[bytes]:
+        """Every page of a list, following ``continue``; a 410 Gone (expired token) starts over."""
+        path = resource.path(namespace)
+        for _attempt in range(RELIST_ATTEMPTS):
+            pages: list[bytes] = []
+            token = ""
+            try:
+                while True:
+                    query: list[tuple[str, Any]] = [("limit", self.chunk_size)]
+                    if token:
+                        query.append(("continue", token))
+                    body = self.get(path, query)
+                    pages.append(body)
+                    token = _PAGE_META.decode(body).metadata.continue_
+                    if not token:
+                        yield from pages
+                        return
+            except _Expired:
+                continue
+        raise ClusterError(
+            f"listing {resource.qualified}: the continue token expired {RELIST_ATTEMPTS} times in a row "
+            "(410 Gone); the list is changing faster than it can be read — try a larger --chunk-size"
+        )
+
+    # --- errors -----------------------------------------------------------------------------------------
+
+    def _http_error(self, status: int | None, body: Any, path: str) -> Exception:
+        message = _status_message(body)
+        if status == 410:
+            return _Expired(message)
+        if status == 401:
+            return ClusterError(
+                f"unauthorized: the server at {self.server} does not accept your credentials "
+                f"(check the user of your kubeconfig context): {message or 'Unauthorized'}"
+            )
+        if status == 403:
+            return ClusterError(f"forbidden: {message or f'GET {path}'}")
+        if status == 404 and f"/apis/{CRD_API}" in path:
+            return ClusterError(
+                f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
+                "kubectl apply -f crds/"
+            )
+        return ClusterError(f"the server at {self.server} answered {status} for GET {path}: {message or body!r}")
+
+    def _transport_error(self, exc: Exception) -> ClusterError:
+        text = f"{type(exc).__name__}: {exc}"
+        if "timed out" in text.lower() or "Timeout" in type(exc).__name__:
+            limit = f" within {self.timeout:g}s (--request-timeout)" if self.timeout else ""
+            return ClusterError(f"the server at {self.server} did not answer{limit}")
+        reason = getattr(exc, "reason", None)
+        detail = str(reason or exc)
+        if "Connection refused" in detail or "NewConnectionError" in detail or "Failed to establish" in detail:
+            return ClusterError(
+                f"unable to connect to the server at {self.server}: connection refused "
+                "(is the cluster up, and is this the right kubeconfig context?)"
+            )
+        if "CERTIFICATE_VERIFY_FAILED" in detail or "SSLError" in detail:
+            return ClusterError(f"unable to connect to the server at {self.server}: TLS verification failed")
+        return ClusterError(f"unable to connect to the server at {self.server}: {_one_line(detail)}")
+
+
+class _Expired(Exception):
+    """410 Gone: the continue token expired."""
+
+
+def _status_message(body: Any) -> str:
+    """The ``message`` of a Kubernetes Status body, else the body itself, on one line."""
+    if body is None:
+        return ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        decoded = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return _one_line(str(body))[:300]
+    if isinstance(decoded, dict) and decoded.get("message"):
+        return _one_line(str(decoded["message"]))
+    return _one_line(str(body))[:300]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _api_client(source: Source) -> Any:
+    """A configured ApiClient: kubeconfig (several files allowed) with context, else in-cluster config."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    paths = source.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    have_file = any(os.path.exists(p) for p in paths.split(os.pathsep) if p)
+    try:
+        if have_file:
+            config.load_kube_config(
+                config_file=source.kubeconfig, context=source.context, client_configuration=configuration
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise ClusterError(
+                f"no kubeconfig at {paths} and not running inside a cluster: "
+                "set KUBECONFIG or --kubeconfig, or read a file with --snapshot"
+            )
+    except ConfigException as exc:
+        raise ClusterError(f"kubeconfig: {_one_line(str(exc))}") from None
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"kubeconfig: {_one_line(str(exc))}") from None
+    configuration.retries = 1
+    return client.ApiClient(configuration)
+
+
+# --- what commands use ----------------------------------------------------------------------------------
+
+
+def load_cluster(source: Source) -> Snapshot:
+    """Every object the commands read, from the cluster, as a Snapshot."""
+    cluster = Cluster(source)
+    collector = _Collector()
+    with gc_paused():
+        for resource in RESOURCES:
+            decoder = _items_decoder(resource.kind)
+            for body in cluster.pages(resource, source.namespace):
+                try:
+                    page = decoder.decode(body)
+                except msgspec.ValidationError as exc:
+                    raise ClusterError(f"{resource.qualified} from {cluster.server}: {exc}") from None
+                collector.add_many(resource.kind, page.items)
+        return collector.snapshot()
+
+
+def save_cluster(source: Source, taken_at: str) -> dict:
+    """The objects as the server returned them (minus managedFields), as one JSON ``List`` stamped with
+    ``jobtree.dev/snapshot-time``."""
+    cluster = Cluster(source)
+    items: list[dict] = []
+    with gc_paused():
+        for resource in RESOURCES:
+            for body in cluster.pages(resource, source.namespace):
+                for item in msgspec.json.decode(body).get("items") or []:
+                    item.setdefault("apiVersion", resource.api_version)
+                    item.setdefault("kind", resource.kind)
+                    item.get("metadata", {}).pop("managedFields", None)
+                    items.append(item)
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
+        "items": items,
+    }
+
+
+def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:
+    """Events about one object, newest last (for ``explain``). Failing to read them is not fatal: returns
+    an empty list (events are a courtesy, and many users may not list them)."""
+    try:
+        cluster = Cluster(source)
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        body = cluster.get(EVENTS.path(namespace), [("fieldSelector", selector)])
+    except ClusterError:
+        return []
+    events = msgspec.json.decode(body).get("items") or []
+
+    def when(event: dict) -> str:
+        return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+
+    events.sort(key=when)
+    return [
+        {
+            "type": e.get("type", ""),
+            "reason": e.get("reason", ""),
+            "message": _one_line(e.get("message", "")),
+            "at": when(e),
+            "count": e.get("count") or 1,
+        }
+        for e in events[-limit:]
+    ]

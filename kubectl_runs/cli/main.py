@@ -21,6 +21,7 @@ PROG = "kubectl runs"
 # name -> (module, attribute, one-line help); the help is here so that --help needs no import.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "budgets": ("kubectl_runs.cli.budgets", "budgets", "Budgets: how much of each envelope is used and left."),
+    "seeds": ("kubectl_runs.cli.seeds", "seeds", "Preemption seeds: replay and verify recorded lotteries."),
     "snapshot": ("kubectl_runs.cli.snapshot", "snapshot", "Save the objects kubectl-runs reads, for offline use."),
     "version": ("kubectl_runs.cli.version", "version", "Print the version, commit, Python and platform."),
 }

@@ -158,7 +158,7 @@ class Cluster:
                 f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
                 "kubectl apply -f crds/"
             )
-        return ClusterError(f"the server at {self.server} answered {status} for GET {path}: {message or body!r}")
+        return ClusterError(f"the server at {self.server} answered {status} for GET {path}: {message or 'no message'}")
 
     def _transport_error(self, exc: Exception) -> ClusterError:
         text = f"{type(exc).__name__}: {exc}"

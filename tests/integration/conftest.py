@@ -1,0 +1,67 @@
+"""The integration tier: this project's CRDs on a real kube-apiserver backed by etcd (tests/controlplane),
+reached over HTTPS with real kubeconfigs, tokens and RBAC. Skipped only where Go is absent, and never when
+KUBECTL_RUNS_REQUIRE_CONTROLPLANE is set (CI)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controlplane import ControlPlane, skip_reason  # noqa: E402
+from fleet import read_objects, upload  # noqa: E402
+
+EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
+AT = "2025-11-20T12:00:00Z"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+def run_plugin(*args: str, kubeconfig: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``kubectl-runs ARGS`` as a user runs it: a separate process, KUBECONFIG from the environment."""
+    full_env = dict(os.environ if env is None else env)
+    if kubeconfig:
+        full_env["KUBECONFIG"] = kubeconfig
+    return subprocess.run(
+        [sys.executable, "-m", "kubectl_runs", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+@pytest.fixture(scope="session")
+def controlplane():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with ControlPlane() as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def before_crds(controlplane):
+    """What a report says against a server that does not have the CRDs yet (run before they are applied)."""
+    return run_plugin("budgets", "usage", kubeconfig=controlplane.admin_kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def cluster(controlplane, before_crds):
+    """The control plane with crds/ applied and Established, the read-only ClusterRole bound to ``reader``,
+    and the example fleet loaded (objects, then their status through the status subresource)."""
+    cp = controlplane
+    cp.kubectl("apply", "-f", str(ROOT / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    cp.kubectl("apply", "-f", str(ROOT / "deploy" / "rbac-readonly.yaml"))
+    cp.kubectl("create", "clusterrolebinding", "reader-reads-runs", "--clusterrole=kubectl-runs-reader",
+               "--user=reader")
+    upload(cp, read_objects(EXAMPLE))
+    return cp

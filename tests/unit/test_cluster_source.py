@@ -1,0 +1,96 @@
+"""The live source's pagination and error mapping, with the HTTP layer replaced by recorded answers.
+(The real API server is exercised in tests/integration; a 410 Gone for an expired continue token cannot be
+provoked on demand there, so its relist logic is checked here.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubectl_runs.sources import Source
+from kubectl_runs.sources.cluster import RESOURCES, Cluster, ClusterError, _Expired
+
+LEASES = next(r for r in RESOURCES if r.kind == "GPULease")
+
+
+class Scripted(Cluster):
+    """A Cluster whose GETs answer from a script of (continue token in, body out or exception)."""
+
+    def __init__(self, answers):
+        self.server = "https://k8s.example:6443"
+        self.timeout = None
+        self.chunk_size = 2
+        self.answers = list(answers)
+        self.requests = []
+
+    def get(self, path, query=None):
+        self.requests.append(dict(query or []))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return json.dumps(answer).encode()
+
+
+def page(names, token=""):
+    return {"metadata": {"continue": token}, "items": [{"metadata": {"name": n}} for n in names]}
+
+
+def test_pages_follow_continue_tokens():
+    cluster = Scripted([page(["a", "b"], "t1"), page(["c"], "")])
+    bodies = list(cluster.pages(LEASES, None))
+    assert len(bodies) == 2
+    assert cluster.requests == [{"limit": 2}, {"limit": 2, "continue": "t1"}]
+
+
+def test_expired_continue_token_starts_the_list_again():
+    """410 Gone on page 2: the pages read so far are dropped and the list starts over without a token."""
+    cluster = Scripted([page(["a", "b"], "t1"), _Expired("too old"), page(["a", "b"], "t2"), page(["c"])])
+    bodies = [json.loads(b) for b in cluster.pages(LEASES, None)]
+    assert [i["metadata"]["name"] for b in bodies for i in b["items"]] == ["a", "b", "c"]
+    assert cluster.requests[2] == {"limit": 2}
+
+
+def test_token_expiring_every_time_gives_up_with_one_line():
+    cluster = Scripted([page(["a"], "t"), _Expired("x")] * 3)
+    with pytest.raises(ClusterError, match=r"continue token expired 3 times in a row \(410 Gone\)"):
+        list(cluster.pages(LEASES, None))
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (403, {"kind": "Status", "message": 'gpuleases.jobtree.dev is forbidden: User "bob" cannot list '
+               'resource "gpuleases" in API group "jobtree.dev" at the cluster scope'},
+         'forbidden: gpuleases.jobtree.dev is forbidden: User "bob" cannot list resource "gpuleases" in API '
+         'group "jobtree.dev" at the cluster scope'),
+        (401, {"message": "Unauthorized"},
+         "unauthorized: the server at https://k8s.example:6443 does not accept your credentials (check the user "
+         "of your kubeconfig context): Unauthorized"),
+        (404, {"message": "the server could not find the requested resource"},
+         "the jobtree.dev CRDs are not installed on https://k8s.example:6443 (the server could not find the "
+         "requested resource): kubectl apply -f crds/"),
+        (500, {"message": "etcdserver: request timed out\nretry"},
+         "the server at https://k8s.example:6443 answered 500 for GET /apis/jobtree.dev/v1alpha1/gpuleases: "
+         "etcdserver: request timed out retry"),
+    ],
+    ids=["forbidden", "unauthorized", "crds-missing", "server-error"],
+)
+def test_http_errors_become_one_line(status, body, expected):
+    cluster = Scripted([])
+    error = cluster._http_error(status, json.dumps(body).encode(), LEASES.path(None))
+    assert str(error) == expected
+    assert "\n" not in str(error)
+
+
+def test_missing_kubeconfig_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ClusterError, match=r"^no kubeconfig at .*missing and not running inside a cluster"):
+        Cluster(Source(kubeconfig=str(tmp_path / "missing")))
+
+
+def test_malformed_kubeconfig_is_one_line(tmp_path):
+    config = tmp_path / "config"
+    config.write_text("apiVersion: v1\nkind: Config\ncontexts: []\ncurrent-context: nowhere\n")
+    with pytest.raises(ClusterError, match=r"^kubeconfig: "):
+        Cluster(Source(kubeconfig=str(config)))

@@ -38,10 +38,13 @@ def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> None:
     """
     opts = GlobalOptions.of(ctx)
     fmt = opts.output_format(REPORT_FORMATS)
-    snapshot = opts.load(opts.report_namespace())
+    namespace = opts.report_namespace()
+    # Load every namespace: a lease in one namespace may be charged to an envelope in another, so -n narrows
+    # the rows after the ledger, never the arithmetic.
+    snapshot = opts.load(None)
     at = opts.evaluation_time(snapshot)
-    report = budget_usage(snapshot, at, owner=owner, flavor=flavor)
-    opts.print(usage_document(report, opts.report_namespace()), fmt)
+    report = budget_usage(snapshot, at, owner=owner, flavor=flavor, namespace=namespace)
+    opts.print(usage_document(report, namespace), fmt)
 
 
 def usage_document(report: UsageReport, namespace: str | None) -> Document:

@@ -34,21 +34,50 @@ def owner_selected(owner: str, wanted: str | None) -> bool:
 
 
 def budget_usage(
-    snapshot: Snapshot, at: datetime, *, owner: str | None = None, flavor: str | None = None
+    snapshot: Snapshot,
+    at: datetime,
+    *,
+    owner: str | None = None,
+    flavor: str | None = None,
+    namespace: str | None = None,
 ) -> UsageReport:
+    """The ledger over the whole snapshot, then the rows asked for: ``namespace`` (``-n``) narrows the rows and
+    findings but not the arithmetic — a lease in one namespace may be charged to an envelope in another."""
     book = ledger(snapshot, at)
     kept = [
         usage
         for key, usage in sorted(book.envelopes.items())
-        if owner_selected(usage.owner, owner) and (flavor is None or usage.envelope.flavor == flavor)
+        if (namespace is None or key[0] == namespace)
+        and owner_selected(usage.owner, owner)
+        and (flavor is None or usage.envelope.flavor == flavor)
     ]
     kept_keys = {u.key for u in kept}
     kept_budgets = {(u.key[0], u.key[1]) for u in kept}
+    kept_namespaces = {u.key[0] for u in kept}
     aggregates = [
         a
         for a in book.aggregates
         if (a.budget.metadata.namespace, a.budget.metadata.name) in kept_budgets
     ]
-    unfiltered = owner is None and flavor is None
-    findings = [f for f in book.findings if unfiltered or (f.envelope is not None and f.envelope in kept_keys)]
+
+    def concerns_kept(finding: Finding) -> bool:
+        if namespace is not None and namespace not in _namespaces_of(finding):
+            return False
+        if owner is None and flavor is None:
+            return True
+        if finding.envelope is not None:
+            return finding.envelope in kept_keys
+        return finding.namespace in kept_namespaces
+
+    findings = [f for f in book.findings if concerns_kept(f)]
     return UsageReport(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))
+
+
+def _namespaces_of(finding: Finding) -> set[str | None]:
+    """The namespaces a finding concerns: its envelope's, its lease's, and the one it names."""
+    spaces: set[str | None] = {finding.namespace}
+    if finding.envelope is not None:
+        spaces.add(finding.envelope[0])
+    if finding.lease:
+        spaces.add(finding.lease.split("/", 1)[0])
+    return spaces

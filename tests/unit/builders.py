@@ -246,3 +246,32 @@ def to_manifest(obj: Any) -> dict[str, Any]:
     out = msgspec.json.decode(msgspec.json.encode(obj))  # lists, not tuples: safe for yaml.safe_dump
     out.setdefault("apiVersion", "v1" if isinstance(obj, Node) else "jobtree.dev/v1alpha1")
     return out
+
+
+# --- preemption records (issue 4: seeds) -----------------------------------------------------------------------
+
+
+def activated(res: Reservation, activation: dict[str, Any], *, state: str = "Activated") -> Reservation:
+    """The Reservation with ``status.activation`` recorded (``activation`` as a manifest dict: at, seed,
+    deficitGPUs, conflictSet, actions, freedGPUs)."""
+    manifest = to_manifest(res)
+    manifest["status"] = {"state": state, "activation": activation}
+    return _decode(Reservation, manifest)
+
+
+def preempted(
+    victim: GPULease,
+    *,
+    ended: datetime | str,
+    closure_reason: str = "RandomPreempt",
+    reservation: str | None = None,
+    seed: str | None = None,
+) -> GPULease:
+    """The lease closed at ``ended`` with ``closureReason`` and, when ``seed`` or ``reservation`` is given,
+    ``status.preemption``."""
+    manifest = to_manifest(victim)
+    status: dict[str, Any] = {"closed": True, "ended": iso(ended), "closureReason": closure_reason}
+    if seed is not None or reservation is not None:
+        status["preemption"] = {k: v for k, v in (("reservation", reservation), ("seed", seed)) if v is not None}
+    manifest["status"] = status
+    return _decode(GPULease, manifest)

@@ -300,11 +300,19 @@ def _field_error(exc: msgspec.ValidationError) -> str:
     ``spec.envelopes[1].concurrency: expected int, got str``."""
     text = str(exc)
     match = _PATH_IN_ERROR.search(text)
+    path = match.group(1) if match else ""
     message = _PATH_IN_ERROR.sub("", text)
+    missing = _MISSING_FIELD.match(message)
+    if missing:  # name the missing field's own path: ``spec.owner: required field is missing``
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        message = "required field is missing"
     message = message[:1].lower() + message[1:]
     message = message.replace("`", "")
     for python_name, wire in (("class_", "class"),):
         message = message.replace(python_name, wire)
-    if match and match.group(1):
-        return f"{match.group(1)}: {message}"
+    if path:
+        return f"{path}: {message}"
     return message
+
+
+_MISSING_FIELD = re.compile(r"^Object missing required field `([^`]+)`$")

@@ -189,3 +189,28 @@ def test_request_timeout_is_one_line(cluster):
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: the server at {cluster.server} did not answer within 0.001s")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_exec_credential_plugin(cluster, tmp_path):
+    """A kubeconfig user whose token comes from an exec credential plugin (as OIDC/GKE users have)."""
+    import stat
+
+    import yaml
+
+    plugin = tmp_path / "token-plugin"
+    token = cluster.token_for("admin")
+    plugin.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", '
+        f'"status": {{"token": "{token}"}}}}\'\n'
+    )
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    config = yaml.safe_load(Path(cluster.admin_kubeconfig).read_text())
+    for user in config["users"]:
+        user["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                                 "interactiveMode": "Never"}}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    done = run_plugin("budgets", "usage", "-o", "json", "--at", AT, kubeconfig=str(path))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["envelopes"]

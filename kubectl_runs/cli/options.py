@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import UsageError
+from ..errors import UsageError, UserError
 from ..model import Snapshot
 from ..render import FORMATS, TABLE, Document, check_format, render
 from ..sources import Source, default_namespace, load
@@ -81,10 +81,7 @@ class GlobalOptions:
     def evaluation_time(self, snapshot: Snapshot | None = None) -> datetime:
         """``--at``, else the snapshot's stamp, else the wall clock read at start-up (API.md §2)."""
         if self.at:
-            try:
-                return parse_time(self.at, flag="--at")
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
+            return _parse_at(self.at)
         if snapshot is not None and snapshot.taken_at is not None:
             return snapshot.taken_at
         return self.wall_clock
@@ -96,6 +93,21 @@ class GlobalOptions:
 
     def print(self, doc: Document, fmt: str) -> None:
         render(doc, fmt, sys.stdout, sys.stderr, no_headers=self.no_headers)
+
+
+def _parse_at(text: str) -> datetime:
+    """A bad ``--at`` is a bad flag *value*: like kubectl's "error: invalid argument", exit 1, one line."""
+    try:
+        return parse_time(text, flag="--at")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Check ``--at`` as it is parsed, so a bad value fails before anything is loaded."""
+    if value is not None:
+        _parse_at(value)
+    _store("at")(ctx, param, value)
 
 
 def _store(name: str, *, append: bool = False) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -123,7 +135,7 @@ _GLOBAL_OPTIONS = (
     click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, callback=_store("snapshots", append=True),
                  expose_value=False, help="Read objects from a snapshot file or directory instead of a cluster "
                  "(repeatable; - is stdin)."),
-    click.option("--at", metavar="TIME", callback=_store("at"), expose_value=False,
+    click.option("--at", metavar="TIME", callback=_store_at, expose_value=False,
                  help="Evaluate at this instant (RFC 3339); default: the snapshot's time, else now."),
     click.option("-o", "--output", metavar="FORMAT", type=click.Choice(list(FORMATS)), callback=_store("output"),
                  expose_value=False, help="Output format: table, wide, json, yaml, or csv (tabular reports)."),

@@ -28,7 +28,7 @@ FORMATS = {
 OBJECT_FORMATS = (TABLE, WIDE, JSON, YAML)
 REPORT_FORMATS = (TABLE, WIDE, JSON, YAML, CSV)
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f]+")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # C0 and C1 controls: newlines, ESC, CSI
 
 
 def check_format(fmt: str, allowed: Sequence[str]) -> str:
@@ -107,9 +107,12 @@ def table(rows: Sequence[Any], columns: Sequence[Column], *, wide: bool, no_head
 
     chosen = [c for c in columns if wide or not c.wide]
     body = [[clean(_shown(c, row)) for c in chosen] for row in rows]
-    headers = () if no_headers else [c.header for c in chosen]
     aligns = [c.align or ("right" if _numeric(body, i) else "left") for i, c in enumerate(chosen)]
-    text = tabulate(body, headers=headers, tablefmt="plain", colalign=aligns, disable_numparse=True)
+    if not no_headers:
+        # The header is the first row rather than tabulate's ``headers``, which pads every header by 2 more
+        # characters and pushes an ordinary report past 100 columns.
+        body.insert(0, [c.header for c in chosen])
+    text = tabulate(body, tablefmt="plain", colalign=aligns, disable_numparse=True)
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 

@@ -52,10 +52,11 @@ def usage_document(report: UsageReport, namespace: str | None) -> Document:
     rows = report.envelopes
     used = sum(e.used for e in rows)
     concurrency = sum(e.envelope.concurrency for e in rows if e.window_active)
-    summary = [
-        f"Budgets at {at:%Y-%m-%d %H:%M}Z: {len(rows)} envelopes, {used:,} of {concurrency:,} GPUs in open windows "
-        f"used, {sum(e.headroom for e in rows):,} headroom, {sum(e.unfunded for e in rows):,} unfunded"
-        + (f", {len(report.findings)} findings" if report.findings else "")
+    summary = [  # two short lines, so that the summary fits 100 columns like the table
+        f"Budgets at {at:%Y-%m-%d %H:%M}Z: {_count(len(rows), 'envelope')}"
+        + (f", {_count(len(report.findings), 'finding')}" if report.findings else ""),
+        f"GPUs in open windows: {used:,} of {concurrency:,} used, {sum(e.headroom for e in rows):,} headroom; "
+        f"{sum(e.unfunded for e in rows):,} unfunded",
     ]
     columns = (
         Column("NAMESPACE", lambda e: e.key[0]),
@@ -108,6 +109,10 @@ def _window(usage, at) -> str:
     if envelope.start > at:
         return f"opens {when(envelope.start, at)}"
     return f"closed {when(envelope.end, at)}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _round(value: float | None) -> float | None:

@@ -193,9 +193,10 @@ def gpu_hours(value: float | None) -> str:
         return "-"
     import humanize
 
-    if abs(value) >= 100:
+    tenths = round(value, 1)
+    if abs(tenths) >= 100:  # decide on the rounded value: 99.96 is "100", not "100.0"
         return humanize.intcomma(round(value))
-    return humanize.intcomma(round(value, 1))
+    return humanize.intcomma(tenths)
 
 
 def ago(then: datetime | None, at: datetime) -> str:

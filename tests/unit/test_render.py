@@ -1,0 +1,211 @@
+"""The one renderer: tables for people (clean cells, -o wide, --no-headers), exact JSON/YAML, CSV with a header,
+and kubectl's output hygiene (empty lists said on stderr while -o json still prints a document)."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from kubectl_runs.errors import ExitCode, UsageError
+from kubectl_runs.render import (
+    CSV,
+    JSON,
+    REPORT_FORMATS,
+    TABLE,
+    WIDE,
+    YAML,
+    Column,
+    Document,
+    Section,
+    ago,
+    check_format,
+    clean,
+    gpu_hours,
+    gpus,
+    render,
+    when,
+)
+
+AT = datetime(2025, 11, 20, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class Row:
+    name: str
+    gpus: int
+    hours: float | None
+    started: datetime
+
+
+ROWS = [Row("alpha", 8, 12.5, AT - timedelta(hours=3)), Row("beta", 16, None, AT - timedelta(days=2))]
+COLUMNS = (
+    Column("NAME", lambda r: r.name),
+    Column("GPUS", lambda r: r.gpus),
+    Column("HOURS", lambda r: r.hours, show=lambda r: gpu_hours(r.hours)),
+    Column("STARTED", lambda r: r.started, show=lambda r: ago(r.started, AT), wide=True),
+)
+
+
+def _render(doc: Document, fmt: str, **kw) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    render(doc, fmt, out, err, **kw)
+    return out.getvalue(), err.getvalue()
+
+
+def _doc(rows=ROWS, **kw) -> Document:
+    data = {"at": AT, "rows": [{"name": r.name, "gpus": r.gpus} for r in rows]}
+    return Document(data=data, rows=rows, columns=COLUMNS, empty="No rows found.", **kw)
+
+
+def test_table_aligns_numbers_right_and_hides_wide_columns():
+    out, err = _render(_doc(), TABLE)
+    assert out == (
+        "NAME   GPUS  HOURS\n"
+        "alpha     8   12.5\n"
+        "beta     16      -\n"
+    )
+    assert err == ""
+
+
+def test_wide_shows_the_wide_columns_humanized():
+    out, _ = _render(_doc(), WIDE)
+    assert out == (
+        "NAME   GPUS  HOURS  STARTED\n"
+        "alpha     8   12.5  3 hours\n"
+        "beta     16      -  2 days\n"
+    )
+
+
+def test_no_headers():
+    out, _ = _render(_doc(), TABLE, no_headers=True)
+    assert out == "alpha   8  12.5\nbeta   16     -\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("two\nlines", "two lines"),
+        ("tab\there", "tab here"),
+        ("\x1b[31mred\x1b[0m", " [31mred [0m"),
+        ("csi\x9b2J", "csi 2J"),
+        ("cr\r\nlf", "cr lf"),
+        ("plain-name", "plain-name"),
+        ("ünïcödé", "ünïcödé"),
+    ],
+    ids=["newline", "tab", "ansi-escape", "c1-csi", "crlf", "plain", "unicode"],
+)
+def test_cells_are_cleaned_of_newlines_and_escapes(raw, shown):
+    """Names come from other people's objects: a cell can never break a line or drive the terminal."""
+    assert clean(raw) == shown
+    out, _ = _render(_doc([Row(raw, 1, 1.0, AT)]), TABLE, no_headers=True)
+    assert "\x1b" not in out and "\x9b" not in out
+    assert out.count("\n") == 1
+    assert out.startswith(shown.strip())
+
+
+def test_an_empty_table_says_so_on_stderr_and_prints_nothing():
+    out, err = _render(_doc([]), TABLE)
+    assert (out, err) == ("", "No rows found.\n")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        (JSON, '{\n  "at": "2025-11-20T12:00:00Z",\n  "rows": []\n}\n'),
+        (YAML, "at: '2025-11-20T12:00:00Z'\nrows: []\n"),
+        (CSV, "NAME,GPUS,HOURS,STARTED\n"),
+    ],
+    ids=["json", "yaml", "csv"],
+)
+def test_an_empty_list_still_prints_an_empty_document_for_machines(fmt, expected):
+    out, err = _render(_doc([]), fmt)
+    assert (out, err) == (expected, "")
+
+
+def test_json_is_exact_with_rfc3339_times():
+    doc = Document(data={"at": AT, "n": 1.5, "none": None, "pair": ("a", "b"), "name": "ü"})
+    out, _ = _render(doc, JSON)
+    assert json.loads(out) == {"at": "2025-11-20T12:00:00Z", "n": 1.5, "none": None, "pair": ["a", "b"], "name": "ü"}
+    assert '"ü"' in out  # not escaped
+
+
+def test_yaml_is_the_same_data_in_the_same_key_order():
+    data = {"z": 1, "at": AT, "items": [{"b": 2, "a": (1, 2)}]}
+    out, _ = _render(Document(data=data), YAML)
+    assert out == "z: 1\nat: '2025-11-20T12:00:00Z'\nitems:\n- b: 2\n  a:\n  - 1\n  - 2\n"
+    assert yaml.safe_load(out) == {"z": 1, "at": "2025-11-20T12:00:00Z", "items": [{"b": 2, "a": [1, 2]}]}
+
+
+def test_csv_has_a_header_and_every_column_with_raw_values():
+    """CSV is for machines: all columns (wide ones too), exact values (not humanized), times RFC 3339, None
+    empty."""
+    out, _ = _render(_doc(), CSV)
+    assert out == (
+        "NAME,GPUS,HOURS,STARTED\n"
+        "alpha,8,12.5,2025-11-20T09:00:00Z\n"
+        "beta,16,,2025-11-18T12:00:00Z\n"
+    )
+    out, _ = _render(_doc(), CSV, no_headers=True)
+    assert out.splitlines()[0] == "alpha,8,12.5,2025-11-20T09:00:00Z"
+
+
+def test_csv_quotes_what_needs_quoting():
+    out, _ = _render(_doc([Row('a,"b"\nc', 1, 0.0, AT)]), CSV, no_headers=True)
+    assert out == '"a,""b""\nc",1,0.0,2025-11-20T12:00:00Z\n'
+
+
+def test_summary_sections_and_notes():
+    """Summary lines come before the table (a blank line between); sections after, each titled, empty ones
+    skipped; notes are warnings on stderr in every format."""
+    section = Section("Extra", [ROWS[0]], (Column("NAME", lambda r: r.name),))
+    empty = Section("Nothing", [], (Column("NAME", lambda r: r.name),))
+    doc = _doc(summary=["Two rows"], sections=(section, empty), notes=["careful"])
+    out, err = _render(doc, TABLE)
+    assert out == (
+        "Two rows\n"
+        "\n"
+        "NAME   GPUS  HOURS\n"
+        "alpha     8   12.5\n"
+        "beta     16      -\n"
+        "\n"
+        "Extra:\n"
+        "NAME\n"
+        "alpha\n"
+    )
+    assert err == "warning: careful\n"
+    _, err = _render(doc, JSON)
+    assert err == "warning: careful\n"
+
+
+def test_unknown_output_formats_are_refused_with_kubectls_words():
+    with pytest.raises(UsageError) as caught:
+        check_format("xml", REPORT_FORMATS)
+    assert caught.value.code == ExitCode.USAGE
+    assert caught.value.message == (
+        'unable to match a printer suitable for the output format "xml", allowed formats are: '
+        "csv,json,table,wide,yaml"
+    )
+    assert check_format("wide", REPORT_FORMATS) == "wide"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "-"), (0.0, "0.0"), (12.345, "12.3"), (99.96, "100"), (1234.4, "1,234"), (-49.0, "-49.0")],
+    ids=["none", "zero", "fraction", "rounds-up", "thousands", "negative"],
+)
+def test_gpu_hours_cells(value, shown):
+    assert gpu_hours(value) == shown
+
+
+def test_gpu_counts_and_relative_times():
+    assert (gpus(None), gpus(1234)) == ("-", "1,234")
+    assert when(AT + timedelta(days=10), AT) == "in 10 days"
+    assert when(AT - timedelta(hours=2), AT) == "2 hours ago"
+    assert when(None, AT) == "-"
+    assert ago(None, AT) == "<unknown>"
+    assert ago(AT + timedelta(minutes=5), AT) == "in 5 minutes"

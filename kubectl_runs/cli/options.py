@@ -110,6 +110,10 @@ def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     _store("at")(ctx, param, value)
 
 
+def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    return [name for name in FORMATS if name.startswith(incomplete)]
+
+
 def _store(name: str, *, append: bool = False) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or value is False or value == ():
@@ -137,7 +141,9 @@ _GLOBAL_OPTIONS = (
                  "(repeatable; - is stdin)."),
     click.option("--at", metavar="TIME", callback=_store_at, expose_value=False,
                  help="Evaluate at this instant (RFC 3339); default: the snapshot's time, else now."),
-    click.option("-o", "--output", metavar="FORMAT", type=click.Choice(list(FORMATS)), callback=_store("output"),
+    # Not a click.Choice: each command allows its own formats, and check_format refuses the others in kubectl's
+    # words ("unable to match a printer … allowed formats are: …"), in one line.
+    click.option("-o", "--output", metavar="FORMAT", shell_complete=_complete_formats, callback=_store("output"),
                  expose_value=False, help="Output format: table, wide, json, yaml, or csv (tabular reports)."),
     click.option("--no-headers", is_flag=True, default=None, callback=_store("no_headers"), expose_value=False,
                  help="Print tables and CSV without the header row."),

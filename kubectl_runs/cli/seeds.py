@@ -68,18 +68,17 @@ def verify_document(checks: list[Verification], at, namespace: str | None) -> Do
         Column("VICTIMS", lambda c: len(c.victims), wide=True),
         Column("RESULT", lambda c: c.verified, show=_result),
     )
-    differences = [(c.reservation, d) for c in checks for d in c.differences]
-    section = Section(
-        "Differences",
-        differences,
-        (Column("RESERVATION", lambda d: d[0]), Column("DIFFERENCE", lambda d: d[1])),
+    sections = tuple(
+        Section(f"Differences in {c.reservation}", c.differences, (Column("DIFFERENCE", lambda d: d),))
+        for c in checks
+        if c.differences
     )
     where = f" in {namespace} namespace" if namespace else ""
     return Document(
         data={"reservations": [c.to_json() for c in checks]},
         rows=checks,
         columns=columns,
-        sections=(section,),
+        sections=sections,
         empty=f"No activated reservations found{where}.",
     )
 

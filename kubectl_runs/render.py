@@ -144,6 +144,8 @@ def _write_csv(doc: Document, out: IO[str], no_headers: bool) -> None:
 def _csv_cell(value: Any) -> Any:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as JSON writes it, not Python's True/False
+        return "true" if value else "false"
     if isinstance(value, datetime):
         return _rfc3339(value)
     if isinstance(value, (list, tuple)):

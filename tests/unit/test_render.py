@@ -209,3 +209,9 @@ def test_gpu_counts_and_relative_times():
     assert when(None, AT) == "-"
     assert ago(None, AT) == "<unknown>"
     assert ago(AT + timedelta(minutes=5), AT) == "in 5 minutes"
+
+
+def test_csv_writes_booleans_as_json_does():
+    doc = Document(data={}, rows=[True, False], columns=(Column("ACTIVE", lambda r: r),))
+    out, _ = _render(doc, CSV)
+    assert out == "ACTIVE\ntrue\nfalse\n"

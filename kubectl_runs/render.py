@@ -86,6 +86,14 @@ def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: b
 
 
 def _write_tables(doc: Document, wide: bool, out: IO[str], err: IO[str], no_headers: bool) -> None:
+    if no_headers and doc.columns:
+        # For pipes (kubectl's --no-headers): the rows of the table only — no summary, no titled sections whose
+        # rows have other columns.
+        if doc.rows:
+            out.write(table(doc.rows, doc.columns, wide=wide, no_headers=True) + "\n")
+        elif doc.empty:
+            err.write(doc.empty + "\n")
+        return
     for line in doc.summary:
         out.write(clean(line) + "\n")
     if doc.columns:

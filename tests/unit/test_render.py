@@ -159,6 +159,15 @@ def test_csv_quotes_what_needs_quoting():
     assert out == '"a,""b""\nc",1,0.0,2025-11-20T12:00:00Z\n'
 
 
+def test_no_headers_prints_only_the_rows():
+    """--no-headers is for pipes: no summary, no header, no sections."""
+    section = Section("Extra", [ROWS[0]], (Column("NAME", lambda r: r.name),))
+    out, err = _render(_doc(summary=["Two rows"], sections=(section,)), TABLE, no_headers=True)
+    assert (out, err) == ("alpha   8  12.5\nbeta   16     -\n", "")
+    out, err = _render(_doc([], summary=["None"]), TABLE, no_headers=True)
+    assert (out, err) == ("", "No rows found.\n")
+
+
 def test_summary_sections_and_notes():
     """Summary lines come before the table (a blank line between); sections after, each titled, empty ones
     skipped; notes are warnings on stderr in every format."""

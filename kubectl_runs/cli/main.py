@@ -21,6 +21,7 @@ PROG = "kubectl runs"
 # name -> (module, attribute, one-line help); the help is here so that --help needs no import.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "budgets": ("kubectl_runs.cli.budgets", "budgets", "Budgets: how much of each envelope is used and left."),
+    "completion": ("kubectl_runs.cli.completion", "completion", "Print a shell completion script (bash, zsh, fish, kubectl)."),
     "seeds": ("kubectl_runs.cli.seeds", "seeds", "Preemption seeds: replay and verify recorded lotteries."),
     "snapshot": ("kubectl_runs.cli.snapshot", "snapshot", "Save the objects kubectl-runs reads, for offline use."),
     "version": ("kubectl_runs.cli.version", "version", "Print the version, commit, Python and platform."),
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every failure into one line on stderr and an exit code (API.md §5)."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
+        result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.ClickException as exc:

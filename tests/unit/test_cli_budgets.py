@@ -26,6 +26,7 @@ aggregate ``all`` used 8+2 = 10 of 20.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -316,3 +317,17 @@ def test_stdin_through_click_runner(fleet, tmp_path):
         input=(tmp_path / fleet).read_text(),
     )
     assert (result.exit_code, result.stdout, result.stderr) == (0, CSV, "")
+
+
+def test_the_example_fleet(capsys):
+    """The README's example: it loads, every row has exactly the API keys, and stderr stays empty."""
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
+    code, out, err = run_cli(capsys, "budgets", "usage", "--snapshot", example, "-o", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert list(data) == TOP_KEYS
+    assert data["envelopes"] and all(list(row) == ENVELOPE_KEYS for row in data["envelopes"])
+    assert all(list(f) == FINDING_KEYS for f in data["findings"])
+    for row in data["envelopes"]:
+        assert row["usedGPUs"] == row["ownedGPUs"] + row["sharedGPUs"] + row["borrowedGPUs"] <= row["concurrency"]
+        assert 0 <= row["headroomGPUs"] <= row["concurrency"]

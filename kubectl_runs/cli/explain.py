@@ -1,0 +1,215 @@
+"""``kubectl runs explain RUN``: everything about one run on one screen (API.md §5)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+
+from ..engine.plan import Explanation, explain_run
+from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section, ago, when
+from ..timeutil import parse_time
+from .options import GlobalOptions, global_options
+from .plan import TABLE_WIDTH, find_run, forecast_lines, plan_sections, when_text, wrapped
+
+RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
+
+
+@click.command("explain")
+@click.argument("run_name", metavar="RUN")
+@global_options
+@click.pass_context
+def explain(ctx: click.Context, run_name: str) -> None:
+    """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
+    borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
+    leases, and its preemption history — each preempting reservation with its seed, checked as
+    `kubectl runs seeds verify` does. Against a cluster it also shows the run's recent Events.
+
+    RUN is looked up in the namespace of -n, else of the kubeconfig context, else default.
+
+    \b
+    Examples:
+      kubectl runs explain pretrain-32 -n rai-sys
+      kubectl runs explain lab-scratch-8 -n shared-lab -o yaml
+      kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
+    """
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(OBJECT_FORMATS)
+    namespace = opts.object_namespace()
+    snapshot = opts.load(None)
+    run = find_run(snapshot, namespace, run_name)
+    at = opts.evaluation_time(snapshot)
+    events = None
+    if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
+        from ..sources.cluster import recent_events
+
+        events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
+    opts.print(explain_document(explain_run(snapshot, run, at, events=events), fmt), fmt)
+
+
+def explain_document(info: Explanation, fmt: str) -> Document:
+    wrap = fmt == TABLE
+    return Document(
+        data=info.to_json(),
+        summary=header_lines(info, wrap=wrap),
+        sections=[*plan_sections(info.plan, wrap=wrap)[:2], leases_section(info), preemptions_section(info),
+                  *events_sections(info, wrap=wrap)],
+    )
+
+
+def header_lines(info: Explanation, *, wrap: bool) -> list[str]:
+    run, plan, at = info.run, info.plan, info.at
+    spec = run.spec
+    width = plan.width
+    created = run.metadata.creation_timestamp
+    lines = [("Run", f"{run.key}, {run.status.phase or 'Pending'}"
+                     + (f", created {ago(created, at)} ago" if created else ""))]
+    group = spec.locality.group_gpus if spec.locality else None
+    request = f"{spec.resources.total_gpus} {spec.resources.gpu_type} GPUs"
+    if group:
+        request += f" in groups of {group}"
+        if spec.locality and not spec.locality.allow_cross_group_spread:
+            request += " (one fabric domain)"
+    if spec.spares_per_group:
+        request += f", {spec.spares_per_group} spares per group"
+    if spec.malleable:
+        m = spec.malleable
+        request += f"; elastic {m.min_total_gpus}–{m.max_total_gpus} by {m.step_gpus}"
+    if spec.funding and spec.funding.allow_borrow:
+        limit = spec.funding.max_borrow_gpus
+        request += f"; may borrow {'any number of' if limit is None else limit} GPUs"
+        if spec.funding.sponsors:
+            request += f" from {', '.join(spec.funding.sponsors)}"
+    lines.append(("Request", request))
+    lines.append(("Width", f"min {width.min}, max {width.max}, desired {width.desired}, allocated {width.allocated}"))
+    if plan.funding.owner is not None:
+        owner = f"owner {plan.funding.owner}"
+    elif plan.funding.unbound:
+        owner = f"no owner: namespace {run.metadata.namespace} is unbound"
+    else:
+        owner = f"no owner: namespace {run.metadata.namespace} has no Budget"
+    funding = (f"owned {info.owned}, shared {info.shared}, borrowed {info.borrowed}, unfunded {info.unfunded}"
+               f" ({owner})")
+    if info.lenders:
+        funding += "; lenders: " + ", ".join(f"{o} {g}" for o, g in info.lenders)
+    lines.append(("Funding", funding))
+    lines.append(("Plan", plan.headline()))
+    if plan.need and not plan.finished:
+        lines.append(("", f"need {plan.need}, placeable {plan.placeable}, fundable {plan.fundable}; deficit "
+                          f"{plan.deficit} (capacity {plan.capacity_deficit}, funding {plan.funding_deficit})"))
+    for line in forecast_lines(plan):
+        lines.append(("", line))
+    reservation = info.reservation
+    if reservation is not None:
+        scope = reservation.spec.scope
+        text = (f"{reservation.key}, {reservation.status.state or 'Pending'}: {scope.flavor}"
+                f"{' in ' + scope.domain if scope.domain else ', any domain'}")
+        paying = reservation.spec.paying_envelope
+        if paying is not None:
+            text += f", paid by {paying.budget}/{paying.envelope}"
+        text += f", earliest start {when_text(reservation.spec.earliest_start, at)}"
+        activation = reservation.status.activation
+        if activation is not None and activation.seed:
+            text += f"; activated with seed {activation.seed}, freed {activation.freed_gpus} GPUs"
+        lines.append(("Reservation", text))
+    else:
+        lines.append(("Reservation", "none"))
+    label = max(len(name) for name, _ in lines) + 2
+    out = []
+    for name, text in lines:
+        head = f"{name + ':' if name else '':<{label}}"
+        if wrap:
+            out.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label))
+        else:
+            out.append(head + text)
+    return out
+
+
+def leases_section(info: Explanation) -> Section:
+    views = list(info.leases)
+    open_views = [v for v in views if v.open]
+    closed = [v for v in views if not v.open][:RECENT_CLOSED]
+    hidden = len(views) - len(open_views) - len(closed)
+    at = info.at
+    title = "Leases" + (f" (open, then the {len(closed)} most recent; {hidden} older in -o json)" if hidden else "")
+    return Section(
+        title,
+        open_views + closed,
+        (
+            Column("LEASE", lambda v: v.lease.metadata.name),
+            Column("GROUP", lambda v: v.lease.spec.group),
+            Column("ROLE", lambda v: v.lease.spec.slice.role),
+            Column("GPUS", lambda v: v.lease.gpus),
+            Column("CLASS", lambda v: v.cls),
+            Column("PAID-BY", lambda v: "/".join(v.lease.payer) if v.lease.payer else "<unfunded>", wide=True),
+            Column("NODES", lambda v: ",".join(sorted({s.rpartition("#")[0] for s in v.lease.spec.slice.slots})),
+                   wide=True),
+            Column("STARTED", lambda v: v.lease.spec.start, show=lambda v: when(v.lease.spec.start, at)),
+            Column("STATUS", lambda v: v.open, show=lambda v: _lease_status(v, at)),
+        ),
+    )
+
+
+def _lease_status(view, at) -> str:
+    status = view.lease.status
+    if view.open:
+        return "open" if not status.closed else f"open, closes {when(status.ended, at)}"
+    if not status.closed:
+        return f"starts {when(view.lease.spec.start, at)}"
+    return f"closed {when(status.ended, at)} ({status.closure_reason or 'no reason'})"
+
+
+def preemptions_section(info: Explanation) -> Section:
+    at = info.at
+    return Section(
+        "Preemptions",
+        info.preemptions,
+        (
+            Column("RESERVATION", lambda p: p.reservation),
+            Column("SEED", lambda p: p.seed),
+            Column("AT", lambda p: p.at, show=lambda p: when(p.at, at)),
+            Column("GPUS", lambda p: p.gpus),
+            Column("HOW", lambda p: p.closure, wide=True),
+            Column("VERIFIED", lambda p: p.verified, show=_verified),
+        ),
+    )
+
+
+def _verified(p) -> str:
+    if p.verified is None:
+        return "no record"
+    return "verified" if p.verified else "DIFFERS (seeds verify)"
+
+
+def events_sections(info: Explanation, *, wrap: bool) -> list[Section]:
+    if info.events is None:
+        return []
+    at = info.at
+    rows, columns = wrapped(
+        list(info.events),
+        (
+            ("LAST SEEN", lambda e: _event_age(e, at)),
+            ("TYPE", lambda e: e.get("type", "")),
+            ("REASON", lambda e: e.get("reason", "")),
+            ("COUNT", lambda e: e.get("count", 1)),
+        ),
+        "MESSAGE",
+        lambda e: e.get("message", ""),
+        wrap=wrap,
+    )
+    return [Section("Events", rows, columns)]
+
+
+def _event_age(event: Mapping[str, Any], at) -> str:
+    text = event.get("at") or ""
+    if not text:
+        return "<unknown>"
+    try:
+        return when(parse_time(str(text)), at)
+    except ValueError:
+        return str(text)
+
+
+__all__: Sequence[str] = ("explain", "explain_document")

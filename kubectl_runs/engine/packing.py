@@ -1,0 +1,186 @@
+"""Free slots per node and per fabric domain, and how many of a run's GPUs they can hold (API.md §3 Free
+capacity, Plan).
+
+A node's free capacity is its slots minus the slots of leases open at ``at`` (Active and Spare). Only
+*candidate* nodes take new placement: the run's flavor, schedulable (not cordoned, not out of service), and the
+reservation's fabric domain when its scope names one. A group of ``groupGPUs`` (plus its spares) must sit
+inside one domain, so a domain with ``free`` slots holds ``floor(free / unit)`` groups; without
+``allowCrossGroupSpread`` only the best single domain counts; a run without ``groupGPUs`` can use every free
+slot.
+
+Everything here is in GPUs (= slots). Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..model import GPULease, Node, Snapshot
+
+NO_DOMAIN = ""  # nodes without a fabric.domain label form one domain of their own
+
+
+def node_of(slot: str) -> str:
+    """``gpu-a-01#3`` -> ``gpu-a-01``."""
+    return slot.rpartition("#")[0] or slot
+
+
+def open_leases(snapshot: Snapshot, at: datetime) -> list[GPULease]:
+    """The leases open at ``at`` (``start <= at`` and not closed at ``at``), in snapshot order: one tight pass,
+    because a fleet's history holds far more closed leases than open ones."""
+    out = []
+    append = out.append
+    for lease in snapshot.leases:
+        if lease.spec.start > at:
+            continue
+        status = lease.status
+        if status.closed and (status.ended is None or status.ended <= at):
+            continue
+        append(lease)
+    return out
+
+
+def candidate_nodes(snapshot: Snapshot, flavor: str, domain: str | None = None) -> list[Node]:
+    """Nodes that take new placement for ``flavor``: the flavor's label, schedulable, and in ``domain`` when
+    one is given."""
+    return [
+        node
+        for node in snapshot.nodes
+        if node.flavor == flavor and node.schedulable and (domain is None or node.domain == domain)
+    ]
+
+
+def used_slots(nodes: Iterable[Node], leases: Iterable[GPULease]) -> dict[str, set[str]]:
+    """The valid slots of ``nodes`` held by ``leases`` (a slot held twice counts once; a slot a node does not
+    have, ``gpu-a-01#9`` on an 8-GPU node, is ignored)."""
+    wanted = {node.name: node.gpus for node in nodes}
+    used: dict[str, set[str]] = {}
+    for lease in leases:
+        for slot in lease.spec.slice.slots:
+            name, _, ordinal = slot.rpartition("#")
+            gpus = wanted.get(name)
+            if gpus is None or not ordinal.isdigit() or int(ordinal) >= gpus:
+                continue
+            used.setdefault(name, set()).add(slot)
+    return used
+
+
+def free_by_node(nodes: Sequence[Node], leases: Iterable[GPULease]) -> dict[str, int]:
+    """Free GPUs of each node: its slots minus the slots open leases hold (0 on an out-of-service node)."""
+    used = used_slots(nodes, leases)
+    return {node.name: max(0, len(node.slots) - len(used.get(node.name, ()))) for node in nodes}
+
+
+def group_unit(group_gpus: int | None, spares_per_group: int) -> int | None:
+    """The slots one group occupies in its domain: ``groupGPUs`` plus its spares; None without groups."""
+    return None if not group_gpus else group_gpus + spares_per_group
+
+
+@dataclass(frozen=True)
+class DomainCapacity:
+    """One fabric domain's candidate nodes: free GPUs, and the GPUs whole groups can use there."""
+
+    domain: str
+    nodes: int
+    free: int
+    placeable: int
+    groups: int | None  # whole groups that fit; None when the run has no groupGPUs
+
+    def to_json(self) -> dict:
+        return {"domain": self.domain, "freeGPUs": self.free, "placeableGPUs": self.placeable, "groups": self.groups}
+
+
+def place(free: Mapping[str, int], unit: int | None, spread: bool) -> tuple[int, dict[str, tuple[int, int | None]]]:
+    """Placeable GPUs for free slots ``free`` (domain -> GPUs) and a group footprint ``unit``.
+
+    Returns the total and, per domain, (placeable GPUs, whole groups). With ``unit`` each domain holds
+    ``floor(free / unit)`` groups; without it every free slot is usable. Without cross-group spread only the
+    best single domain counts towards the total. Always ``0 <= placeable <= free``."""
+    per_domain: dict[str, tuple[int, int | None]] = {}
+    for domain, gpus in free.items():
+        if unit:
+            groups = max(0, gpus) // unit
+            per_domain[domain] = (groups * unit, groups)
+        else:
+            per_domain[domain] = (max(0, gpus), None)
+    amounts = [p for p, _ in per_domain.values()]
+    total = sum(amounts) if spread else max(amounts, default=0)
+    return total, per_domain
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Where a run could be placed at one instant (API.md §5 plan ``capacity``)."""
+
+    flavor: str
+    domain_scope: str | None  # the reservation's domain, when its scope names one
+    unit: int | None  # slots per group, spares included
+    spread: bool
+    domains: tuple[DomainCapacity, ...]  # sorted by domain name
+    placeable: int
+    flavor_nodes: int  # nodes with this flavor label anywhere (0: no node offers the flavor)
+    excluded_nodes: int  # nodes of the flavor in scope that take no placement (cordoned or out of service)
+
+    @property
+    def free(self) -> int:
+        return sum(d.free for d in self.domains)
+
+    @property
+    def free_by_domain(self) -> dict[str, int]:
+        return {d.domain: d.free for d in self.domains}
+
+    @property
+    def best_domain(self) -> DomainCapacity | None:
+        """The domain that holds the most GPUs in whole groups (then the most free, then by name)."""
+        return min(self.domains, key=lambda d: (-d.placeable, -d.free, d.domain), default=None)
+
+    @property
+    def node_count(self) -> int:
+        return sum(d.nodes for d in self.domains)
+
+    def to_json(self) -> dict:
+        return {
+            "freeGPUs": self.free,
+            "placeableGPUs": self.placeable,
+            "domains": [d.to_json() for d in self.domains],
+        }
+
+
+def capacity(
+    snapshot: Snapshot,
+    leases: Iterable[GPULease],
+    flavor: str,
+    *,
+    domain: str | None = None,
+    unit: int | None = None,
+    spread: bool = True,
+) -> Capacity:
+    """Free and placeable GPUs of ``flavor`` (in ``domain`` when given) with ``leases`` open (pass the leases
+    open at the instant: ``open_leases``). ``unit`` is a group's footprint (``group_unit``)."""
+    of_flavor = [n for n in snapshot.nodes if n.flavor == flavor]
+    in_scope = [n for n in of_flavor if domain is None or n.domain == domain]
+    nodes = [n for n in in_scope if n.schedulable]
+    free_nodes = free_by_node(nodes, leases)
+    free: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for node in nodes:
+        name = node.domain or NO_DOMAIN
+        free[name] = free.get(name, 0) + free_nodes[node.name]
+        counts[name] = counts.get(name, 0) + 1
+    total, per_domain = place(free, unit, spread)
+    domains = tuple(
+        DomainCapacity(domain=name, nodes=counts[name], free=free[name], placeable=p, groups=g)
+        for name, (p, g) in sorted(per_domain.items())
+    )
+    return Capacity(
+        flavor=flavor,
+        domain_scope=domain,
+        unit=unit,
+        spread=spread,
+        domains=domains,
+        placeable=total,
+        flavor_nodes=len(of_flavor),
+        excluded_nodes=len(in_scope) - len(nodes),
+    )

@@ -303,3 +303,18 @@ def test_the_status_checker_catches_a_pruned_key():
         "status.endedAt: written by the code, missing from the schema (pruned)",
         "status.closureReason: 'Evicted' is not in the schema's enum",
     ]
+
+
+def test_the_plan_shapes_the_reconciler_writes_are_in_the_schema():
+    """Run status.width and status.plan (reasons, remedies) and Reservation status.forecast.remedies, as the plan
+    engine writes them."""
+    plan = pytest.importorskip("kubectl_runs.engine.plan")
+    width = plan.Width(min=8, max=32, desired=24, allocated=16).to_json()
+    reason = plan.Reason(code="InsufficientBudget", message="short by 8 GPUs").to_json()
+    remedy = plan.Remedy(kind="Shrink", target="team/r", gpus=8, message="shrink team/r by one step").to_json()
+    run_status = {"status": {"width": width, "plan": {
+        "deficitGPUs": 8, "capacityDeficitGPUs": 0, "fundingDeficitGPUs": 8, "reasons": [reason], "remedies": [remedy],
+    }}}
+    assert value_problems(run_status, schema("Run"), "") == []
+    forecast = {"status": {"forecast": {"deficitGPUs": 8, "confidence": "reported", "remedies": [remedy]}}}
+    assert value_problems(forecast, schema("Reservation"), "") == []

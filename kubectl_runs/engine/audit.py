@@ -1,0 +1,725 @@
+"""The `leases audit` report: who used which GPUs over a window, and was the ledger honest (API.md §5).
+
+``audit(snapshot, at, since=…, until=…, by=…)`` clips every lease to the window ``[since, min(until, at))``
+(a lease holds its slots on ``[start, ended)``, or up to ``at`` while it is open; nothing after the evaluation
+clock is known) and reports, per key of the ``by`` dimensions, the GPU-hours used, the leases that overlap the
+window and the peak of GPUs held at one instant, with the totals and the findings:
+
+* ``DoubleBooked`` — two leases held one slot at the same instant (one finding per pair of leases, with the
+  shared slots and the overlap interval);
+* ``UnknownNode``, ``UnknownRun``, ``UnknownEnvelope`` — a lease names a node, run or envelope that is not in
+  the snapshot;
+* ``ACLViolation``, ``Overdraft``, ``UnboundNamespace`` — funding problems, found by the ledger itself
+  (``accounting.ledger``) evaluated at the end of the window and at every lease start inside the window where a
+  problem is possible (see ``_ledger_findings``).
+
+Histories run to millions of leases, so the arithmetic works on flat lists of floats (epoch seconds, computed
+once per lease) and leans on C-level builtins (``sorted``, ``map``, ``accumulate``) rather than per-slot Python
+work: slots are looked at once per distinct slot list, not once per lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import accumulate
+from operator import lt, neg
+
+from ..model import GPULease, Snapshot
+from ..timeutil import rfc3339
+from . import findings as fk
+from .accounting import BORROWED, EnvelopeKey, ledger, relation, round_hours
+from .findings import Finding, sort_findings
+from .owners import any_pattern_matches
+
+OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
+DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
+NO_ENVELOPE = "<none>"  # the envelope key of leases minted unfunded (no paidBy)
+
+# Closed leases whose run or node is expected to be gone: not reported as UnknownRun / UnknownNode.
+RUN_GONE_REASONS = frozenset({"RunDeleted", "Orphaned"})
+NODE_GONE_REASONS = frozenset({"NodeFailure"})
+
+# Above this many keys, peaks come from one sweep over every event instead of one sort per key.
+_MANY_KEYS = 2000
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One key of the breakdown: ``key`` holds one value per ``by`` dimension."""
+
+    key: tuple[str, ...]
+    gpu_seconds: float  # GPU-seconds inside the window
+    leases: int  # leases of this key that overlap the window
+    peak_gpus: int  # most GPUs this key held at one instant inside the window
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600.0
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    at: datetime
+    since: datetime
+    until: datetime
+    by: tuple[str, ...]
+    rows: list[AuditRow]
+    total_gpu_seconds: float
+    total_leases: int
+    findings: list[Finding]
+    ledger_instants: int = 0  # how many instants the ledger was evaluated at
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return self.total_gpu_seconds / 3600.0
+
+    def to_json(self) -> dict:
+        rows = []
+        for row in self.rows:
+            entry: dict = dict(zip(self.by, row.key, strict=True))
+            entry.update(gpuHours=round_hours(row.gpu_hours), leases=row.leases, peakGPUs=row.peak_gpus)
+            rows.append(entry)
+        return {
+            "since": rfc3339(self.since),
+            "until": rfc3339(self.until),
+            "rows": rows,
+            "totals": {"gpuHours": round_hours(self.total_gpu_hours), "leases": self.total_leases},
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+# --- the window -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Window:
+    """The leases that overlap the window, as parallel lists (index i = one lease)."""
+
+    lo: float  # epoch seconds
+    hi: float
+    leases: list[GPULease] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)  # clipped to the window
+    ends: list[float] = field(default_factory=list)
+    slots: list[tuple[str, ...]] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+
+
+def _window(leases: Iterable[GPULease], lo_at: datetime, hi_at: datetime) -> _Window:
+    """Every lease whose ``[start, ended or hi)`` overlaps ``[lo, hi)``, with its interval clipped to it.
+    One pass, the only per-lease Python loop over the whole history."""
+    lo, hi = lo_at.timestamp(), hi_at.timestamp()
+    win = _Window(lo=lo, hi=hi)
+    kept, starts, ends, slots = win.leases, win.starts, win.ends, win.slots
+    for lease in leases:
+        spec = lease.spec
+        start = spec.start
+        if start >= hi_at:
+            continue
+        status = lease.status
+        if status.closed:
+            ended = status.ended
+            if ended is None or ended <= lo_at or ended <= start:
+                continue  # closed before the window, or never held anything
+            end = ended.timestamp()
+            if end > hi:
+                end = hi
+        else:
+            end = hi
+        begin = start.timestamp()
+        kept.append(lease)
+        starts.append(begin if begin > lo else lo)
+        ends.append(end)
+        slots.append(spec.slice.slots)
+    win.gpus = list(map(len, slots))
+    return win
+
+
+def _gpu_seconds(win: _Window, idx: Sequence[int] | None = None, weights: Sequence[int] | None = None) -> float:
+    """Σ slots × seconds held inside the window, over ``idx`` (default: every window lease)."""
+    if idx is None:
+        return sum(map(_mul, win.gpus, map(_sub, win.ends, win.starts)))
+    starts, ends = win.starts, win.ends
+    gpus = weights if weights is not None else list(map(win.gpus.__getitem__, idx))
+    return sum(map(_mul, gpus, map(_sub, map(ends.__getitem__, idx), map(starts.__getitem__, idx))))
+
+
+def _mul(a: float, b: float) -> float:
+    return a * b
+
+
+def _sub(a: float, b: float) -> float:
+    return a - b
+
+
+# --- peaks ------------------------------------------------------------------------------------------------
+
+
+def peak(starts: Sequence[float], ends: Sequence[float], gpus: Sequence[int]) -> int:
+    """Most GPUs held at one instant by intervals ``[start, end)`` holding ``gpus`` each.
+
+    Ends are put before starts and the sort is stable, so an interval that ends exactly when another starts
+    does not count with it (the intervals are half-open)."""
+    if not starts:
+        return 0
+    if len(starts) == 1:
+        return gpus[0]
+    times = list(ends)
+    times += starts
+    deltas = list(map(neg, gpus))
+    deltas += gpus
+    order = sorted(range(len(times)), key=times.__getitem__)
+    return max(accumulate(map(deltas.__getitem__, order)))
+
+
+def _peaks(keys: list, groups: dict, win_starts: list[float], win_ends: list[float], weights: list[int]) -> dict:
+    """Peak GPUs per key; ``groups`` maps each key to the entry indices of ``keys``/``weights``, whose
+    intervals are ``win_starts``/``win_ends`` (entries, not leases: with ``--by node`` a lease on two nodes is
+    two entries)."""
+    if len(groups) <= _MANY_KEYS:
+        out = {}
+        for key, idx in groups.items():
+            out[key] = peak(
+                list(map(win_starts.__getitem__, idx)),
+                list(map(win_ends.__getitem__, idx)),
+                list(map(weights.__getitem__, idx)),
+            )
+        return out
+    # Many small keys (e.g. --by run): one stable sort of every event, one sweep with a running sum per key.
+    n = len(keys)
+    times = list(win_ends)
+    times += win_starts
+    order = sorted(range(2 * n), key=times.__getitem__)
+    current = dict.fromkeys(groups, 0)
+    best = dict.fromkeys(groups, 0)
+    for j in order:
+        if j < n:
+            current[keys[j]] -= weights[j]
+        else:
+            key = keys[j - n]
+            now = current[key] + weights[j - n]
+            current[key] = now
+            if now > best[key]:
+                best[key] = now
+    return best
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+
+def audit(
+    snapshot: Snapshot,
+    at: datetime,
+    *,
+    since: datetime,
+    until: datetime,
+    by: Sequence[str] = (OWNER,),
+    namespace: str | None = None,
+    ledger_at_starts: bool = True,
+) -> AuditReport:
+    """GPU-hours, leases and peak GPUs per key of ``by`` over ``[since, until)``, with findings.
+
+    Units: GPU-hours in the rows and totals, GPUs for peaks. Only leases of ``namespace`` are counted and
+    reported when it is given; funding is still judged with every lease charged to an envelope (a borrower in
+    another namespace uses the same envelope). ``ledger_at_starts=False`` evaluates the ledger only at the end
+    of the window."""
+    by = tuple(by)
+    if not by:
+        raise ValueError("by: at least one dimension")
+    for dim in by:
+        if dim not in DIMENSIONS:
+            raise ValueError(f"by: {dim!r} is not one of {', '.join(DIMENSIONS)}")
+    if len(set(by)) != len(by):
+        raise ValueError("by: each dimension at most once")
+    if since >= until:
+        raise ValueError(f"since ({rfc3339(since)}) must be before until ({rfc3339(until)})")
+    notes: list[str] = []
+    hi_at = min(until, at)
+    if until > at:
+        notes.append(f"--until is after the evaluation time {rfc3339(at)}: GPU-hours are counted up to it")
+    win = _window(snapshot.leases, since, hi_at) if since < hi_at else _Window(lo=0.0, hi=0.0)
+
+    selected = None
+    if namespace is not None:
+        selected = [i for i, lease in enumerate(win.leases) if lease.metadata.namespace == namespace]
+
+    rows = _rows(win, by, selected)
+    if selected is None:
+        total_seconds, total_leases = _gpu_seconds(win), len(win.leases)
+    else:
+        total_seconds, total_leases = _gpu_seconds(win, selected), len(selected)
+
+    found: list[Finding] = []
+    payers = _payers(win)
+    found += _slot_findings(snapshot, win, notes)
+    found += _run_findings(snapshot, win)
+    found += _envelope_findings(snapshot, win, payers)
+    ledger_found, instants = _ledger_findings(snapshot, win, payers, since, hi_at, ledger_at_starts)
+    found += ledger_found
+    if namespace is not None:
+        found = [f for f in found if _finding_namespace(f) == namespace]
+    return AuditReport(
+        at=at,
+        since=since,
+        until=until,
+        by=by,
+        rows=rows,
+        total_gpu_seconds=total_seconds,
+        total_leases=total_leases,
+        findings=sort_findings(found),
+        ledger_instants=instants,
+        notes=notes,
+    )
+
+
+def _finding_namespace(finding: Finding) -> str | None:
+    if finding.lease is not None:
+        return finding.lease.partition("/")[0]
+    return finding.namespace
+
+
+# --- rows -------------------------------------------------------------------------------------------------
+
+
+def _rows(win: _Window, by: tuple[str, ...], selected: list[int] | None) -> list[AuditRow]:
+    """One row per key: entries are leases, or (lease, node) pairs when ``node`` is a dimension."""
+    leases = win.leases
+    index = selected if selected is not None else range(len(leases))
+    columns: list[list[str]] = []
+    for dim in by:
+        if dim == NODE:
+            continue
+        columns.append(_dimension(dim, leases, index))
+    if NODE in by:
+        lease_of, node_keys, weights = _node_entries(win, index)
+        node_at = by.index(NODE)
+        columns = [list(map(col.__getitem__, lease_of)) if lease_of is not index else col for col in columns]
+        columns.insert(node_at, node_keys)
+        starts = list(map(win.starts.__getitem__, lease_of))
+        ends = list(map(win.ends.__getitem__, lease_of))
+    else:
+        lease_of = index
+        weights = list(map(win.gpus.__getitem__, index)) if selected is not None else win.gpus
+        starts = list(map(win.starts.__getitem__, index)) if selected is not None else win.starts
+        ends = list(map(win.ends.__getitem__, index)) if selected is not None else win.ends
+    keys: list = list(zip(*columns, strict=True)) if len(columns) > 1 else [(k,) for k in columns[0]]
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, key in enumerate(keys):
+        found = groups.get(key)
+        if found is None:
+            groups[key] = [i]
+        else:
+            found.append(i)
+    peaks = _peaks(keys, groups, starts, ends, weights)
+    rows = []
+    for key, idx in groups.items():
+        seconds = sum(
+            map(_mul, map(weights.__getitem__, idx), map(_sub, map(ends.__getitem__, idx), map(starts.__getitem__, idx)))
+        )
+        rows.append(AuditRow(key=key, gpu_seconds=seconds, leases=len(idx), peak_gpus=peaks[key]))
+    rows.sort(key=lambda r: (-r.gpu_seconds, r.key))
+    return rows
+
+
+def _dimension(dim: str, leases: list[GPULease], index: Iterable[int]) -> list[str]:
+    if dim == OWNER:
+        return [leases[i].spec.owner for i in index]
+    if dim == FLAVOR:
+        return [leases[i].spec.flavor for i in index]
+    if dim == RUN:
+        out = []
+        for i in index:
+            ref = leases[i].spec.run_ref
+            out.append(f"{ref.namespace}/{ref.name}")
+        return out
+    out = []
+    for i in index:
+        spec = leases[i].spec
+        paid = spec.paid_by
+        if paid is None:
+            out.append(NO_ENVELOPE)
+        else:
+            out.append(f"{paid.namespace or spec.run_ref.namespace}/{paid.budget}/{paid.envelope}")
+    return out
+
+
+def split_slot(slot: str) -> tuple[str, int | None]:
+    """``gpu-a-01#3`` -> (``gpu-a-01``, 3); a slot without a valid ``#ordinal`` -> (slot, None)."""
+    node, sep, ordinal = slot.rpartition("#")
+    if not sep or not ordinal.isdigit():
+        return slot, None
+    return node, int(ordinal)
+
+
+def _nodes_of(slots: tuple[str, ...]) -> dict[str, list[str]]:
+    """The slots of one lease, by node, in first-seen order."""
+    out: dict[str, list[str]] = {}
+    for slot in slots:
+        out.setdefault(split_slot(slot)[0], []).append(slot)
+    return out
+
+
+def _node_entries(win: _Window, index: Iterable[int]) -> tuple[list[int], list[str], list[int]]:
+    """(lease index, node, slots on that node) for every node each lease holds slots on. Slot lists are
+    parsed once per distinct list, not once per lease."""
+    per_list: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    lease_of: list[int] = []
+    nodes: list[str] = []
+    weights: list[int] = []
+    all_slots = win.slots
+    for i in index:
+        slots = all_slots[i]
+        parts = per_list.get(slots)
+        if parts is None:
+            parts = per_list[slots] = [(node, len(s)) for node, s in _nodes_of(slots).items()]
+        for node, count in parts:
+            lease_of.append(i)
+            nodes.append(node)
+            weights.append(count)
+    return lease_of, nodes, weights
+
+
+# --- findings about slots: DoubleBooked, UnknownNode -----------------------------------------------------------
+
+
+def _slot_findings(snapshot: Snapshot, win: _Window, notes: list[str]) -> list[Finding]:
+    """Group the leases by their exact slot list (hashing each list once), then work per distinct list and per
+    node: leases with the same list overlap iff they double-book; lists that share a slot are checked
+    together, slot by slot, only when their leases overlap in time at all."""
+    by_list: dict[tuple[str, ...], list[int]] = {}
+    for i, slots in enumerate(win.slots):
+        found = by_list.get(slots)
+        if found is None:
+            by_list[slots] = [i]
+        else:
+            found.append(i)
+    out: list[Finding] = []
+    nodes = snapshot.nodes_by_name
+    if not nodes and by_list:
+        notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
+    per_node: dict[str, list[tuple[frozenset[str], list[int]]]] = {}
+    for slots, idx in by_list.items():
+        unknown: list[str] = []
+        for node, node_slots in _nodes_of(slots).items():
+            per_node.setdefault(node, []).append((frozenset(node_slots), idx))
+            if nodes:
+                unknown.extend(_unknown_slots(node, node_slots, nodes))
+        if unknown:
+            for i in idx:
+                lease = win.leases[i]
+                if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
+                    continue
+                out.append(_unknown_node(lease, unknown))
+    for entries in per_node.values():
+        out.extend(_double_booked(win, entries))
+    return out
+
+
+def _unknown_slots(node: str, slots: list[str], nodes: dict) -> list[str]:
+    known = nodes.get(node)
+    if known is None:
+        return [f"{node} (not in the snapshot)"]
+    gpus = known.gpus
+    bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
+    if bad:
+        return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
+    return []
+
+
+def _unknown_node(lease: GPULease, unknown: list[str]) -> Finding:
+    return Finding(
+        fk.UNKNOWN_NODE,
+        lease.key,
+        f"holds slots on {'; '.join(unknown)}: fix the slot names, or restore the node if it was removed "
+        "while the lease was open",
+        namespace=lease.metadata.namespace,
+    )
+
+
+def _overlaps(win: _Window, idx: list[int]) -> bool:
+    """Whether any two of these leases overlap in time (clipped to the window)."""
+    if len(idx) < 2:
+        return False
+    starts, ends = win.starts, win.ends
+    order = sorted(idx, key=starts.__getitem__)
+    ordered_starts = list(map(starts.__getitem__, order))
+    reach = list(accumulate(map(ends.__getitem__, order), max))
+    return any(map(lt, ordered_starts[1:], reach))
+
+
+def _double_booked(win: _Window, entries: list[tuple[frozenset[str], list[int]]]) -> list[Finding]:
+    """Entries are (slots on this node, leases holding exactly that slot list) for one node."""
+    # Components of slot lists that share a slot: only leases within a component can double-book.
+    parent = list(range(len(entries)))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    if len(entries) > 1:
+        owner_of_slot: dict[str, int] = {}
+        for n, (slots, _idx) in enumerate(entries):
+            for slot in slots:
+                other = owner_of_slot.setdefault(slot, n)
+                if other != n:
+                    parent[root(n)] = root(other)
+    components: dict[int, list[int]] = {}
+    for n in range(len(entries)):
+        components.setdefault(root(n), []).append(n)
+    out: list[Finding] = []
+    for members in components.values():
+        idx = [i for n in members for i in entries[n][1]]
+        if _overlaps(win, idx):
+            out.extend(_pairs(win, [(entries[n][0], entries[n][1]) for n in members]))
+    return out
+
+
+def _pairs(win: _Window, entries: list[tuple[frozenset[str], list[int]]]) -> list[Finding]:
+    """The exact double bookings among a few leases: a sweep per slot, one finding per pair of leases."""
+    by_slot: dict[str, list[int]] = {}
+    for slots, idx in entries:
+        for slot in slots:
+            by_slot.setdefault(slot, []).extend(idx)
+    starts, ends = win.starts, win.ends
+    shared: dict[tuple[int, int], list[str]] = {}
+    for slot, idx in by_slot.items():
+        active: list[int] = []
+        for i in sorted(set(idx), key=lambda i: (starts[i], i)):
+            active = [a for a in active if ends[a] > starts[i]]
+            for a in active:
+                shared.setdefault((a, i), []).append(slot)
+            active.append(i)
+    out = []
+    for (a, b), slots in shared.items():
+        first, second = sorted((win.leases[a], win.leases[b]), key=lambda x: (x.spec.start, x.key))
+        lo = max(starts[a], starts[b])
+        hi = min(ends[a], ends[b])
+        out.append(
+            Finding(
+                fk.DOUBLE_BOOKED,
+                second.key,
+                f"holds {_slot_list(sorted(slots, key=split_slot))} also held by {first.key} from "
+                f"{_iso(lo)} to {_iso(hi)}: one slot is one GPU; close the lease that is not running there",
+                namespace=second.metadata.namespace,
+            )
+        )
+    return out
+
+
+def _slot_list(slots: list[str]) -> str:
+    if len(slots) <= 3:
+        return "slot " + ", ".join(slots) if len(slots) == 1 else "slots " + ", ".join(slots)
+    return f"{len(slots)} slots ({slots[0]} … {slots[-1]})"
+
+
+def _iso(epoch: float) -> str:
+    return rfc3339(datetime.fromtimestamp(epoch, UTC)) or ""
+
+
+# --- findings about references: UnknownRun, UnknownEnvelope ---------------------------------------------------
+
+
+def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
+    known = {(r.metadata.namespace, r.metadata.name) for r in snapshot.runs}
+    out = []
+    for lease in win.leases:
+        ref = lease.spec.run_ref
+        if (ref.namespace, ref.name) in known:
+            continue
+        status = lease.status
+        if status.closed and status.closure_reason in RUN_GONE_REASONS:
+            continue
+        still = "still holds" if not status.closed else "held"
+        out.append(
+            Finding(
+                fk.UNKNOWN_RUN,
+                lease.key,
+                f"run {ref.namespace}/{ref.name} is not in the snapshot but the lease {still} "
+                f"{len(lease.spec.slice.slots)} GPUs: "
+                + ("close it (RunDeleted) or restore the run" if not status.closed else "check the runRef"),
+                namespace=lease.metadata.namespace,
+            )
+        )
+    return out
+
+
+def _payers(win: _Window) -> list[EnvelopeKey | None]:
+    out: list[EnvelopeKey | None] = []
+    for lease in win.leases:
+        spec = lease.spec
+        paid = spec.paid_by
+        out.append(None if paid is None else (paid.namespace or spec.run_ref.namespace, paid.budget, paid.envelope))
+    return out
+
+
+def _envelope_findings(snapshot: Snapshot, win: _Window, payers: list[EnvelopeKey | None]) -> list[Finding]:
+    known = snapshot.envelopes_by_key
+    out = []
+    for key in set(payers):
+        if key is None or key in known:
+            continue
+        ns, budget, envelope = key
+        for i, payer in enumerate(payers):
+            if payer == key:
+                lease = win.leases[i]
+                out.append(
+                    Finding(
+                        fk.UNKNOWN_ENVELOPE,
+                        lease.key,
+                        f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
+                        f"{len(lease.spec.slice.slots)} GPUs are unfunded; fix paidBy or create the envelope",
+                        namespace=lease.metadata.namespace,
+                    )
+                )
+    return out
+
+
+# --- findings of the ledger: ACLViolation, Overdraft, UnboundNamespace ---------------------------------------------
+
+
+def _ledger_findings(
+    snapshot: Snapshot,
+    win: _Window,
+    payers: list[EnvelopeKey | None],
+    since: datetime,
+    hi_at: datetime,
+    at_starts: bool,
+) -> tuple[list[Finding], int]:
+    """Run the ledger (``accounting.ledger``) itself, at the end of the window and — when ``at_starts`` — at
+    every instant inside the window where it could find a problem, on the leases open at that instant.
+
+    Funding only changes when a lease starts or an envelope's window closes, and a lease takes its place in the
+    funding order by its start, so a lease that is unfunded at some instant is already unfunded at its own
+    start or at the close of its envelope's window. Those are the instants evaluated, but only for budgets
+    where a cheap bound says a problem is possible: an envelope whose peak of charged GPUs exceeds its
+    concurrency (or the lending cap, or an aggregate cap), a lease of an owner it does not lend to, or a lease
+    open outside its window. Each lease keeps its earliest finding of each kind, said with its instant."""
+    evaluations: list[tuple[datetime, list[int]]] = []
+    if hi_at > since:
+        end_open = [i for i, e in enumerate(win.ends) if e >= win.hi and win.leases[i].open_at(hi_at)]
+        evaluations.append((hi_at, end_open))
+    else:
+        evaluations.append((hi_at, []))
+    if at_starts and win.leases:
+        evaluations.extend(_suspect_instants(snapshot, win, payers))
+    best: dict[tuple[str, str | None, str], tuple[datetime, Finding]] = {}
+    for instant, idx in evaluations:
+        view = Snapshot(budgets=snapshot.budgets, leases=tuple(win.leases[i] for i in idx))
+        for finding in ledger(view, instant).findings:
+            if finding.kind == fk.UNKNOWN_ENVELOPE:
+                continue  # reported for every window lease by _envelope_findings
+            key = (finding.kind, finding.lease, finding.detail if finding.lease is None else "")
+            if key not in best or instant < best[key][0]:
+                best[key] = (instant, finding)
+    out = []
+    for instant, finding in best.values():
+        if finding.lease is None:
+            out.append(finding)
+        else:
+            out.append(
+                Finding(
+                    finding.kind,
+                    finding.lease,
+                    f"at {rfc3339(instant)}: {finding.detail}",
+                    envelope=finding.envelope,
+                    namespace=finding.lease.partition("/")[0],
+                )
+            )
+    return out, len(evaluations)
+
+
+def _suspect_instants(
+    snapshot: Snapshot, win: _Window, payers: list[EnvelopeKey | None]
+) -> list[tuple[datetime, list[int]]]:
+    """(instant, leases open then) for every instant where the ledger might find a problem (see above)."""
+    envelopes = snapshot.envelopes_by_key
+    by_envelope: dict[EnvelopeKey, list[int]] = {}
+    for i, key in enumerate(payers):
+        if key is not None and key in envelopes:
+            found = by_envelope.get(key)
+            if found is None:
+                by_envelope[key] = [i]
+            else:
+                found.append(i)
+    if not by_envelope:
+        return []
+    starts, ends, leases = win.starts, win.ends, win.leases
+    suspects: dict[tuple[str, str], set[float]] = {}  # budget -> instants to evaluate
+
+    def suspect(key: EnvelopeKey, instants: Iterable[float]) -> None:
+        suspects.setdefault((key[0], key[1]), set()).update(instants)
+
+    env_peaks: dict[EnvelopeKey, int] = {}
+    for key, idx in by_envelope.items():
+        budget, envelope = envelopes[key]
+        open_at, close_at = envelope.start.timestamp(), envelope.end.timestamp()
+        # Outside the envelope's window: at the lease's start, or when the window closes.
+        if min(map(starts.__getitem__, idx)) < open_at or max(map(ends.__getitem__, idx)) > close_at:
+            suspect(key, (starts[i] for i in idx if starts[i] < open_at))
+            if win.lo < close_at < win.hi:
+                suspect(key, (close_at,))
+        # Borrowed: an owner it does not lend to (ACL) is suspect at the lease's start; a lending cap is checked
+        # like the concurrency below.
+        env_owner = budget.spec.owner
+        lending = envelope.lending
+        borrowed: list[int] = []
+        lease_owners = {leases[i].spec.owner for i in idx}
+        outsiders = {o for o in lease_owners if relation(o, env_owner) == BORROWED}
+        if outsiders:
+            denied = {
+                o for o in outsiders if lending is None or not lending.allow or not any_pattern_matches(lending.to, o)
+            }
+            if denied:
+                suspect(key, (starts[i] for i in idx if leases[i].spec.owner in denied))
+            borrowed = [i for i in idx if leases[i].spec.owner in outsiders and leases[i].spec.owner not in denied]
+        env_peaks[key] = _bounded_peak(win, idx, envelope.concurrency)
+        if env_peaks[key] > envelope.concurrency:
+            suspect(key, _over(win, idx, envelope.concurrency))
+        cap = None if lending is None else lending.max_concurrency
+        if borrowed and cap is not None and _bounded_peak(win, borrowed, cap) > cap:
+            suspect(key, _over(win, borrowed, cap))
+    for budget in snapshot.budgets:
+        ns, name = budget.metadata.namespace, budget.metadata.name
+        for cap in budget.spec.aggregate_caps:
+            members = [(ns, name, e) for e in cap.envelopes if (ns, name, e) in by_envelope]
+            if sum(env_peaks[m] for m in members) <= cap.max_concurrency:
+                continue
+            idx = [i for m in members for i in by_envelope[m]]
+            if _bounded_peak(win, idx, cap.max_concurrency) > cap.max_concurrency:
+                suspect(members[0], _over(win, idx, cap.max_concurrency))
+    out = []
+    for (ns, name), instants in suspects.items():
+        idx = [i for key, members in by_envelope.items() if key[0] == ns and key[1] == name for i in members]
+        for instant in sorted(instants):
+            if not win.lo <= instant < win.hi:
+                continue
+            open_then = [i for i in idx if starts[i] <= instant < ends[i]]
+            out.append((datetime.fromtimestamp(instant, UTC), open_then))
+    return out
+
+
+def _bounded_peak(win: _Window, idx: list[int], limit: int) -> int:
+    """The peak of GPUs held by these leases, or any number ≤ ``limit`` when it cannot exceed it (their sum)."""
+    total = sum(map(win.gpus.__getitem__, idx))
+    if total <= limit:
+        return total
+    return peak(
+        list(map(win.starts.__getitem__, idx)), list(map(win.ends.__getitem__, idx)), list(map(win.gpus.__getitem__, idx))
+    )
+
+
+def _over(win: _Window, idx: list[int], limit: int) -> list[float]:
+    """The start instants at which these leases hold more than ``limit`` GPUs."""
+    starts, ends, gpus = win.starts, win.ends, win.gpus
+    events = sorted([(ends[i], 0, -gpus[i]) for i in idx] + [(starts[i], 1, gpus[i]) for i in idx])
+    held = 0
+    out = []
+    for instant, kind, delta in events:
+        held += delta
+        if kind and held > limit:
+            out.append(instant)
+    return out

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..engine.lottery import RunDraw, run_draws
 from ..engine.plan import Explanation, explain_run
 from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section, ago, when
 from ..timeutil import parse_time
@@ -46,15 +47,24 @@ def explain(ctx: click.Context, run_name: str) -> None:
         from ..sources.cluster import recent_events
 
         events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
-    opts.print(explain_document(explain_run(snapshot, run, at, events=events), fmt), fmt)
+    info = explain_run(snapshot, run, at, events=events)
+    opts.print(explain_document(info, fmt, draws=run_draws(snapshot, run.key)), fmt)
 
 
-def explain_document(info: Explanation, fmt: str) -> Document:
+def explain_document(info: Explanation, fmt: str, draws: Sequence[RunDraw] = ()) -> Document:
+    """``draws`` (engine/lottery.run_draws) add to each preemption the run's tickets and places in the draw."""
     wrap = fmt == TABLE
+    by_key = {(d.reservation, d.seed): d for d in draws}
+    data = info.to_json()
+    for entry in data["preemptions"]:
+        draw = by_key.get((entry["reservation"], entry["seed"]))
+        if draw is not None:
+            entry.update(tickets=[t.to_json() for t in draw.tickets], conflictSetSize=draw.conflict_set_size,
+                         differences=list(draw.differences))
     return Document(
-        data=info.to_json(),
+        data=data,
         summary=header_lines(info, wrap=wrap),
-        sections=[*plan_sections(info.plan, wrap=wrap)[:2], leases_section(info), preemptions_section(info),
+        sections=[*plan_sections(info.plan, wrap=wrap)[:2], leases_section(info), preemptions_section(info, by_key),
                   *events_sections(info, wrap=wrap)],
     )
 
@@ -161,8 +171,9 @@ def _lease_status(view, at) -> str:
     return f"closed {when(status.ended, at)} ({status.closure_reason or 'no reason'})"
 
 
-def preemptions_section(info: Explanation) -> Section:
+def preemptions_section(info: Explanation, draws: Mapping[tuple[str, str], RunDraw] | None = None) -> Section:
     at = info.at
+    draws = draws or {}
     return Section(
         "Preemptions",
         info.preemptions,
@@ -172,9 +183,21 @@ def preemptions_section(info: Explanation) -> Section:
             Column("AT", lambda p: p.at, show=lambda p: when(p.at, at)),
             Column("GPUS", lambda p: p.gpus),
             Column("HOW", lambda p: p.closure, wide=True),
+            Column("DRAW", lambda p: _draw(draws.get((p.reservation, p.seed)), tickets=False)),
+            Column("TICKETS", lambda p: _draw(draws.get((p.reservation, p.seed)), tickets=True), wide=True),
             Column("VERIFIED", lambda p: p.verified, show=_verified),
         ),
     )
+
+
+def _draw(draw: RunDraw | None, *, tickets: bool) -> str | None:
+    """The run's groups in the lottery: ``g1 1/4 taken`` (place 1 of 4), with -o wide their tickets."""
+    if draw is None or not draw.tickets:
+        return None
+    size = draw.conflict_set_size
+    if tickets:
+        return ", ".join(f"g{t.group} {t.ticket[:16]}…" for t in draw.tickets)
+    return ", ".join(f"g{t.group} {t.place}/{size}{' taken' if t.taken else ''}" for t in draw.tickets)
 
 
 def _verified(p) -> str:

@@ -181,3 +181,50 @@ def test_one_bad_reservation_among_several_fails_the_whole_report(capsys, tmp_pa
     assert reports[0]["differences"][0].startswith(
         "seed mismatch: recorded 0x842ab08bbd07c729, but ops/copied-r1 activated at 2025-11-14T00:00:00Z derives 0x"
     )
+
+
+def _hand_ticket(run_key: str, group: int) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{SEED}|{run_key}|{group}".encode()).hexdigest()
+
+
+def test_explain_shows_the_runs_tickets_places_and_verdict(capsys):
+    """bench-16-r1's lottery set: ablation-8/1 is borrowed (place 1); the three owned groups follow in ticket
+    order. vit-probe-8's two groups are placed by their hand-computed tickets among the owned ones (places
+    2–4); the lottery took one group after the borrowed one, so the owned group at place 2 was taken."""
+    code, out, err = run_main(capsys, "explain", "vit-probe-8", "-n", "mm-vision", "--snapshot", EXAMPLE,
+                              "--at", AT, "-o", "json")
+    assert (code, err) == (0, "")
+    (preemption,) = json.loads(out)["preemptions"]
+    owned = sorted(
+        [("mm-vision/vit-probe-8", 0), ("mm-vision/vit-probe-8", 1), ("rai-eval/ablation-8", 0)],
+        key=lambda g: _hand_ticket(*g),
+    )
+    expected = [
+        {"group": g, "ticket": _hand_ticket(r, g), "place": 2 + owned.index((r, g)), "taken": owned.index((r, g)) == 0}
+        for r, g in sorted(owned, key=lambda k: k[1])
+        if r == "mm-vision/vit-probe-8"
+    ]
+    assert sorted(preemption["tickets"], key=lambda t: t["group"]) == expected
+    assert preemption | {"tickets": None} == {
+        "reservation": "rai-sys/bench-16-r1", "seed": SEED, "at": "2025-11-14T00:00:00Z", "gpus": 4,
+        "verified": True, "tickets": None, "conflictSetSize": 4, "differences": [],
+    }
+
+
+def test_explain_table_of_a_tampered_draw_says_it_differs(capsys, tmp_path):
+    """The example fleet with the second lottery action edited to name vit-probe-8 group 1: vit-probe-8's
+    preemption no longer verifies."""
+    honest = "{kind: Lottery, run: mm-vision/vit-probe-8, group: 0, lease: mm-vision/vit-probe-8-g0, gpus: 4}"
+    text = Path(EXAMPLE).read_text()
+    assert text.count(honest) == 1
+    tampered = tmp_path / "fleet.yaml"
+    tampered.write_text(text.replace(honest, honest.replace("group: 0", "group: 1").replace("-g0", "-g1")))
+    code, out, _ = run_main(capsys, "explain", "vit-probe-8", "-n", "mm-vision", "--snapshot", str(tampered),
+                            "--at", AT)
+    assert code == 0
+    lines = out.split("Preemptions:\n", 1)[1].splitlines()
+    assert lines[0].split() == ["RESERVATION", "SEED", "AT", "GPUS", "DRAW", "VERIFIED"]
+    assert lines[1].startswith(f"rai-sys/bench-16-r1  {SEED}  6 days ago")
+    assert lines[1].endswith("DIFFERS (seeds verify)")

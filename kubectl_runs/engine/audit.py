@@ -20,11 +20,12 @@ work: slots are looked at once per distinct slot list, not once per lease.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import accumulate
-from operator import lt, neg
+from operator import attrgetter, lt, neg
 
 from ..model import GPULease, Snapshot
 from ..timeutil import rfc3339
@@ -105,6 +106,23 @@ class _Window:
     ends: list[float] = field(default_factory=list)
     slots: list[tuple[str, ...]] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
+    _columns: dict[str, list] = field(default_factory=dict)
+
+    def column(self, name: str) -> list:
+        """One field of every window lease (``owner``, ``flavor``, ``run`` as (namespace, name), ``paid_by``),
+        extracted once at C speed."""
+        found = self._columns.get(name)
+        if found is None:
+            found = self._columns[name] = list(map(_GETTERS[name], self.leases))
+        return found
+
+
+_GETTERS = {
+    "owner": attrgetter("spec.owner"),
+    "flavor": attrgetter("spec.flavor"),
+    "run": attrgetter("spec.run_ref.namespace", "spec.run_ref.name"),
+    "paid_by": attrgetter("spec.paid_by"),
+}
 
 
 def _window(leases: Iterable[GPULease], lo_at: datetime, hi_at: datetime) -> _Window:
@@ -285,17 +303,19 @@ def _finding_namespace(finding: Finding) -> str | None:
 
 def _rows(win: _Window, by: tuple[str, ...], selected: list[int] | None) -> list[AuditRow]:
     """One row per key: entries are leases, or (lease, node) pairs when ``node`` is a dimension."""
-    leases = win.leases
-    index = selected if selected is not None else range(len(leases))
+    index = selected if selected is not None else range(len(win.leases))
     columns: list[list[str]] = []
     for dim in by:
         if dim == NODE:
             continue
-        columns.append(_dimension(dim, leases, index))
+        column = _dimension(dim, win)
+        columns.append(column if selected is None else list(map(column.__getitem__, selected)))
     if NODE in by:
         lease_of, node_keys, weights = _node_entries(win, index)
         node_at = by.index(NODE)
-        columns = [list(map(col.__getitem__, lease_of)) if lease_of is not index else col for col in columns]
+        if selected is not None:  # back to window indices: lease_of holds window indices
+            columns = [_dimension(dim, win) for dim in by if dim != NODE]
+        columns = [list(map(col.__getitem__, lease_of)) for col in columns]
         columns.insert(node_at, node_keys)
         starts = list(map(win.starts.__getitem__, lease_of))
         ends = list(map(win.ends.__getitem__, lease_of))
@@ -304,45 +324,41 @@ def _rows(win: _Window, by: tuple[str, ...], selected: list[int] | None) -> list
         weights = list(map(win.gpus.__getitem__, index)) if selected is not None else win.gpus
         starts = list(map(win.starts.__getitem__, index)) if selected is not None else win.starts
         ends = list(map(win.ends.__getitem__, index)) if selected is not None else win.ends
-    keys: list = list(zip(*columns, strict=True)) if len(columns) > 1 else [(k,) for k in columns[0]]
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for i, key in enumerate(keys):
-        found = groups.get(key)
-        if found is None:
-            groups[key] = [i]
-        else:
-            found.append(i)
+    single = len(columns) == 1
+    keys: list = columns[0] if single else list(zip(*columns, strict=True))
+    groups = _group(keys)
     peaks = _peaks(keys, groups, starts, ends, weights)
     rows = []
     for key, idx in groups.items():
         seconds = sum(
             map(_mul, map(weights.__getitem__, idx), map(_sub, map(ends.__getitem__, idx), map(starts.__getitem__, idx)))
         )
-        rows.append(AuditRow(key=key, gpu_seconds=seconds, leases=len(idx), peak_gpus=peaks[key]))
+        rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=seconds, leases=len(idx), peak_gpus=peaks[key]))
     rows.sort(key=lambda r: (-r.gpu_seconds, r.key))
     return rows
 
 
-def _dimension(dim: str, leases: list[GPULease], index: Iterable[int]) -> list[str]:
-    if dim == OWNER:
-        return [leases[i].spec.owner for i in index]
-    if dim == FLAVOR:
-        return [leases[i].spec.flavor for i in index]
+def _group(keys: Iterable) -> dict:
+    """key -> the indices where it occurs, in order."""
+    groups: defaultdict = defaultdict(list)
+    for i, key in enumerate(keys):
+        groups[key].append(i)
+    return dict(groups)
+
+
+def _dimension(dim: str, win: _Window) -> list[str]:
+    """The key of every window lease in one dimension (not ``node``: see ``_node_entries``)."""
+    if dim in (OWNER, FLAVOR):
+        return win.column(dim)
     if dim == RUN:
-        out = []
-        for i in index:
-            ref = leases[i].spec.run_ref
-            out.append(f"{ref.namespace}/{ref.name}")
-        return out
-    out = []
-    for i in index:
-        spec = leases[i].spec
-        paid = spec.paid_by
-        if paid is None:
-            out.append(NO_ENVELOPE)
-        else:
-            out.append(f"{paid.namespace or spec.run_ref.namespace}/{paid.budget}/{paid.envelope}")
-    return out
+        names: dict[tuple[str, str], str] = {}
+        for ref in set(win.column("run")):
+            names[ref] = f"{ref[0]}/{ref[1]}"
+        return list(map(names.__getitem__, win.column("run")))
+    names = {}
+    for key in set(_payers(win)):
+        names[key] = NO_ENVELOPE if key is None else "/".join(key)
+    return list(map(names.__getitem__, _payers(win)))
 
 
 def split_slot(slot: str) -> tuple[str, int | None]:
@@ -388,13 +404,7 @@ def _slot_findings(snapshot: Snapshot, win: _Window, notes: list[str]) -> list[F
     """Group the leases by their exact slot list (hashing each list once), then work per distinct list and per
     node: leases with the same list overlap iff they double-book; lists that share a slot are checked
     together, slot by slot, only when their leases overlap in time at all."""
-    by_list: dict[tuple[str, ...], list[int]] = {}
-    for i, slots in enumerate(win.slots):
-        found = by_list.get(slots)
-        if found is None:
-            by_list[slots] = [i]
-        else:
-            found.append(i)
+    by_list: dict[tuple[str, ...], list[int]] = _group(win.slots)
     out: list[Finding] = []
     nodes = snapshot.nodes_by_name
     if not nodes and by_list:
@@ -524,12 +534,16 @@ def _iso(epoch: float) -> str:
 
 
 def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
+    refs = win.column("run")
     known = {(r.metadata.namespace, r.metadata.name) for r in snapshot.runs}
+    missing = set(refs) - known
+    if not missing:
+        return []
     out = []
-    for lease in win.leases:
-        ref = lease.spec.run_ref
-        if (ref.namespace, ref.name) in known:
+    for i, ref in enumerate(refs):
+        if ref not in missing:
             continue
+        lease = win.leases[i]
         status = lease.status
         if status.closed and status.closure_reason in RUN_GONE_REASONS:
             continue
@@ -538,7 +552,7 @@ def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
             Finding(
                 fk.UNKNOWN_RUN,
                 lease.key,
-                f"run {ref.namespace}/{ref.name} is not in the snapshot but the lease {still} "
+                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} "
                 f"{len(lease.spec.slice.slots)} GPUs: "
                 + ("close it (RunDeleted) or restore the run" if not status.closed else "check the runRef"),
                 namespace=lease.metadata.namespace,
@@ -548,11 +562,22 @@ def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
 
 
 def _payers(win: _Window) -> list[EnvelopeKey | None]:
-    out: list[EnvelopeKey | None] = []
-    for lease in win.leases:
-        spec = lease.spec
-        paid = spec.paid_by
-        out.append(None if paid is None else (paid.namespace or spec.run_ref.namespace, paid.budget, paid.envelope))
+    """The (namespace, budget, envelope) each window lease is charged to; None = minted unfunded. A paidBy
+    without a namespace names an envelope in the run's namespace."""
+    found = win._columns.get("payer")
+    if found is not None:
+        return found
+    keys: dict = {}
+    paid_by = win.column("paid_by")
+    for paid in set(paid_by):
+        keys[paid] = None if paid is None else (paid.namespace, paid.budget, paid.envelope)
+    out = list(map(keys.__getitem__, paid_by))
+    if any(key is not None and not key[0] for key in keys.values()):
+        runs = win.column("run")
+        for i, key in enumerate(out):
+            if key is not None and not key[0]:
+                out[i] = (runs[i][0], key[1], key[2])
+    win._columns["payer"] = out
     return out
 
 
@@ -637,17 +662,13 @@ def _suspect_instants(
 ) -> list[tuple[datetime, list[int]]]:
     """(instant, leases open then) for every instant where the ledger might find a problem (see above)."""
     envelopes = snapshot.envelopes_by_key
-    by_envelope: dict[EnvelopeKey, list[int]] = {}
-    for i, key in enumerate(payers):
-        if key is not None and key in envelopes:
-            found = by_envelope.get(key)
-            if found is None:
-                by_envelope[key] = [i]
-            else:
-                found.append(i)
+    by_envelope: dict[EnvelopeKey, list[int]] = {
+        key: idx for key, idx in _group(payers).items() if key is not None and key in envelopes
+    }
     if not by_envelope:
         return []
-    starts, ends, leases = win.starts, win.ends, win.leases
+    starts, ends = win.starts, win.ends
+    owners = win.column("owner")
     suspects: dict[tuple[str, str], set[float]] = {}  # budget -> instants to evaluate
 
     def suspect(key: EnvelopeKey, instants: Iterable[float]) -> None:
@@ -667,15 +688,15 @@ def _suspect_instants(
         env_owner = budget.spec.owner
         lending = envelope.lending
         borrowed: list[int] = []
-        lease_owners = {leases[i].spec.owner for i in idx}
+        lease_owners = set(map(owners.__getitem__, idx))
         outsiders = {o for o in lease_owners if relation(o, env_owner) == BORROWED}
         if outsiders:
             denied = {
                 o for o in outsiders if lending is None or not lending.allow or not any_pattern_matches(lending.to, o)
             }
             if denied:
-                suspect(key, (starts[i] for i in idx if leases[i].spec.owner in denied))
-            borrowed = [i for i in idx if leases[i].spec.owner in outsiders and leases[i].spec.owner not in denied]
+                suspect(key, (starts[i] for i in idx if owners[i] in denied))
+            borrowed = [i for i in idx if owners[i] in outsiders and owners[i] not in denied]
         env_peaks[key] = _bounded_peak(win, idx, envelope.concurrency)
         if env_peaks[key] > envelope.concurrency:
             suspect(key, _over(win, idx, envelope.concurrency))

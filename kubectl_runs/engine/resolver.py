@@ -15,17 +15,18 @@ A group is ``(run, group index)``; its class is the worst class the ledger gives
 ``at``. The reserving run's own leases are never taken. The result carries everything the Reservation
 records (``status.activation``) and what each closed lease records (``closureReason``, ``preemption``).
 
-The candidate listers are local to this module (engine/remedies.py did not exist when this was written);
-they follow the same §3 definitions.
+The candidates (groups, classes, spares, whole-step shrinks, the conflict set) come from engine/remedies.py,
+the listers ``plan`` also shows as remedies; this module decides how far down each list to go.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..model import Action, Activation, ConflictEntry, GPULease, Reservation, Snapshot
-from .accounting import UNFUNDED, Ledger, ledger
+from .accounting import ledger
 from .lottery import (
     CLOSURE_REASON,
     DROP_SPARE,
@@ -33,37 +34,23 @@ from .lottery import (
     PREEMPTING_KINDS,
     RECLAIM_UNFUNDED,
     SHRINK,
-    class_rank,
     derive_seed,
+    draw_order,
     ticket,
     victims,
 )
+from .remedies import (
+    LeaseGroup,
+    ShrinkStep,
+    conflict_groups,
+    droppable_spares,
+    reclaimable_groups,
+    scope_groups,
+    scope_nodes,
+    shrinkable_runs,
+)
 
 GroupKey = tuple[str, int]
-
-
-@dataclass
-class Group:
-    """The open leases of one (run, group) in the reservation's scope."""
-
-    run: str
-    index: int
-    owner: str
-    active: list[GPULease] = field(default_factory=list)
-    spare: list[GPULease] = field(default_factory=list)
-    cls: str = UNFUNDED
-
-    @property
-    def key(self) -> GroupKey:
-        return (self.run, self.index)
-
-    @property
-    def active_gpus(self) -> int:
-        return sum(lease.gpus for lease in self.active)
-
-    @property
-    def gpus(self) -> int:
-        return self.active_gpus + sum(lease.gpus for lease in self.spare)
 
 
 @dataclass(frozen=True)
@@ -127,23 +114,9 @@ class Resolution:
 # --- scope and deficit ------------------------------------------------------------------------------------------
 
 
-def _node_of(slot: str) -> str:
-    return slot.rpartition("#")[0] or slot
-
-
 def in_scope(snapshot: Snapshot, reservation: Reservation, lease: GPULease) -> bool:
     """The lease is of the scope's flavor and, when the scope names a domain, sits on a node of it."""
-    scope = reservation.spec.scope
-    if lease.spec.flavor != scope.flavor:
-        return False
-    if scope.domain is None:
-        return True
-    nodes = snapshot.nodes_by_name
-    for slot in lease.spec.slice.slots:
-        node = nodes.get(_node_of(slot))
-        if node is not None and node.domain == scope.domain:
-            return True
-    return False
+    return scope_nodes(snapshot, reservation.spec.scope).in_scope(lease)
 
 
 def scope_deficit(snapshot: Snapshot, reservation: Reservation, at: datetime) -> int:
@@ -183,128 +156,89 @@ def scope_deficit(snapshot: Snapshot, reservation: Reservation, at: datetime) ->
     return max(0, need - placeable)
 
 
-def scope_groups(snapshot: Snapshot, reservation: Reservation, at: datetime, book: Ledger) -> dict[GroupKey, Group]:
-    """Every other run's open lease groups in scope at ``at``, classed by the ledger."""
-    own = reservation.spec.run_ref.key
-    groups: dict[GroupKey, Group] = {}
-    for lease in sorted(snapshot.leases, key=lambda x: x.key):
-        if lease.run_key == own or not lease.open_at(at) or not in_scope(snapshot, reservation, lease):
-            continue
-        key = (lease.run_key, lease.spec.group)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = Group(run=key[0], index=key[1], owner=lease.spec.owner)
-        (group.active if lease.spec.slice.role == "Active" else group.spare).append(lease)
-    for group in groups.values():
-        members = group.active or group.spare
-        group.cls = min((_lease_class(book, lease) for lease in members), key=class_rank)
-        if group.active:
-            group.owner = group.active[0].spec.owner
-    return groups
-
-
-def _lease_class(book: Ledger, lease: GPULease) -> str:
-    charge = book.charges.get(lease.key)
-    return charge.worst_class if charge is not None else UNFUNDED
-
-
 # --- the resolver -----------------------------------------------------------------------------------------------
 
 
 def resolve(snapshot: Snapshot, reservation: Reservation, at: datetime, deficit_gpus: int | None = None) -> Resolution:
     """The ordered actions that free ``deficit_gpus`` (default: ``scope_deficit``) in the reservation's scope
-    at ``at``, the conflict set the lottery drew from, and the seed. GPUs throughout; pure."""
+    at ``at``, the conflict set the lottery drew from, and the seed. GPUs throughout; pure.
+
+    The candidates come from engine/remedies.py (the same listers ``plan`` shows as remedies); the resolver
+    takes them in order only as far as the deficit needs."""
     deficit = scope_deficit(snapshot, reservation, at) if deficit_gpus is None else deficit_gpus
     seed = derive_seed(reservation.key, at)
     book = ledger(snapshot, at)
-    groups = scope_groups(snapshot, reservation, at, book)
-    tickets = {key: ticket(seed, *key) for key in groups}
+    scope = reservation.spec.scope
+    groups = scope_groups(snapshot, book, scope, exclude_run=reservation.spec.run_ref.key)
     actions: list[Action] = []
     taken: set[str] = set()  # lease keys closed so far
     remaining = deficit
 
-    def close(kind: str, lease: GPULease) -> None:
+    def close(kind: str, leases: Iterable[GPULease]) -> None:
         nonlocal remaining
-        actions.append(Action(kind=kind, run=lease.run_key, group=lease.spec.group, lease=lease.key, gpus=lease.gpus))
-        taken.add(lease.key)
-        remaining -= lease.gpus
+        for lease in leases:
+            if lease.key in taken:
+                continue
+            actions.append(
+                Action(kind=kind, run=lease.run_key, group=lease.spec.group, lease=lease.key, gpus=lease.gpus)
+            )
+            taken.add(lease.key)
+            remaining -= lease.gpus
 
-    # 1. ReclaimUnfunded: whole unfunded groups, by ticket.
-    for group in sorted((g for g in groups.values() if g.cls == UNFUNDED and g.active), key=lambda g: tickets[g.key]):
+    # 1. ReclaimUnfunded: whole unfunded groups (spares included), by ticket.
+    reclaimed: set[GroupKey] = set()
+    for group in reclaimable_groups(snapshot, book, scope, seed=seed, groups=groups):
         if remaining <= 0:
             break
-        for lease in group.active + group.spare:
-            close(RECLAIM_UNFUNDED, lease)
+        close(RECLAIM_UNFUNDED, group.leases)
+        reclaimed.add(group.key)
 
     # 2. DropSpare: spare leases, lowest class first, then by their group's ticket.
-    spares = [
-        (class_rank(_lease_class(book, lease)), tickets[g.key], lease.key, lease)
-        for g in groups.values()
-        for lease in g.spare
-        if lease.key not in taken
-    ]
-    for *_, lease in sorted(spares, key=lambda s: s[:3]):
-        if remaining <= 0:
-            break
-        close(DROP_SPARE, lease)
-
-    # 3. Shrink: elastic runs by whole steps, never below their minimum.
     if remaining > 0:
-        _shrink(snapshot, groups, book, at, taken, close, lambda: remaining)
+        for drop in droppable_spares(snapshot, book, scope, seed=seed, groups=groups, skip=reclaimed):
+            if remaining <= 0:
+                break
+            close(DROP_SPARE, (drop.lease,))
 
-    # 4. Lottery over the groups left.
-    left = [g for g in groups.values() if g.active and not any(x.key in taken for x in g.active)]
+    # 3. Shrink: elastic runs by whole steps, never below their minimum; only as many steps as needed.
+    if remaining > 0:
+        for step in shrinkable_runs(snapshot, book, scope, groups=groups, taken=taken):
+            for chunk in _whole_steps(snapshot, step):
+                if remaining <= 0:
+                    break
+                close(SHRINK, (lease for group in chunk for lease in group.leases))
+
+    # 4. Lottery over the groups left: class rank, then ticket, whole groups.
     entries = [
-        ConflictEntry(run=g.run, group=g.index, owner=g.owner, class_=g.cls, gpus=g.active_gpus, ticket=tickets[g.key])
-        for g in left
+        ConflictEntry(run=g.run, group=g.group, owner=g.owner, class_=g.cls, gpus=g.active_gpus,
+                      ticket=ticket(seed, g.run, g.group))
+        for g in conflict_groups(groups, taken=taken)
     ]
     if remaining > 0:
         for entry in victims(seed, entries, remaining):
-            for lease in groups[(entry.run, entry.group)].active:
-                close(LOTTERY, lease)
-    conflict_set = tuple(sorted(entries, key=lambda e: (class_rank(e.class_), e.ticket, e.run, e.group)))
+            close(LOTTERY, groups[(entry.run, entry.group)].active)
     return Resolution(
-        reservation=reservation.key, at=at, seed=seed, deficit_gpus=deficit, conflict_set=conflict_set,
+        reservation=reservation.key,
+        at=at,
+        seed=seed,
+        deficit_gpus=deficit,
+        conflict_set=tuple(draw_order(seed, entries)),
         actions=tuple(actions),
     )
 
 
-def _shrink(snapshot, groups, book, at, taken, close, remaining) -> None:
-    """Shrink elastic runs (lowest class first, then by name): drop their in-scope groups from the highest
-    index down, committing only at whole steps (the GPUs dropped so far are a multiple of ``stepGPUs``) and
-    never below ``minTotalGPUs`` of Active GPUs held."""
-    by_run: dict[str, list[Group]] = {}
-    for group in groups.values():
-        if group.active and not any(x.key in taken for x in group.active + group.spare):
-            by_run.setdefault(group.run, []).append(group)
-    order = []
-    for run_key, run_groups in by_run.items():
-        run = snapshot.runs_by_key.get(run_key)
-        if run is None or run.spec.malleable is None:
-            continue
-        rank = min(class_rank(g.cls) for g in run_groups)
-        order.append((rank, run_key, run, run_groups))
-    for _, run_key, run, run_groups in sorted(order, key=lambda o: o[:2]):
-        if remaining() <= 0:
-            return
-        malleable = run.spec.malleable
-        held = sum(
-            lease.gpus
-            for lease in snapshot.leases_by_run.get(run_key, ())
-            if lease.open_at(at) and lease.spec.slice.role == "Active" and lease.key not in taken
-        )
-        dropped = 0
-        pending: list[Group] = []
-        for group in sorted(run_groups, key=lambda g: g.index, reverse=True):
-            if remaining() <= 0:
-                break
-            if held - dropped - group.active_gpus < malleable.min_total_gpus:
-                break
-            dropped += group.active_gpus
-            pending.append(group)
-            if dropped % malleable.step_gpus == 0:
-                for whole in pending:
-                    for lease in whole.active + whole.spare:
-                        if lease.key not in taken:
-                            close(SHRINK, lease)
-                pending = []
+def _whole_steps(snapshot: Snapshot, step: ShrinkStep) -> list[list[LeaseGroup]]:
+    """A shrink's groups (highest index first) cut where the GPUs dropped so far are a whole number of
+    ``stepGPUs``: each chunk is one commit the resolver may take or leave."""
+    run = snapshot.runs_by_key[step.run]
+    size = run.spec.malleable.step_gpus if run.spec.malleable else 1
+    chunks: list[list[LeaseGroup]] = []
+    pending: list[LeaseGroup] = []
+    dropped = 0
+    for group in step.groups:
+        pending.append(group)
+        dropped += group.active_gpus
+        if dropped % size == 0:
+            chunks.append(pending)
+            pending = []
+    return chunks

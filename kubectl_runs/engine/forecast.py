@@ -79,7 +79,7 @@ class Forecast:
     earliest_start: datetime | None
     confidence: str
     releases: tuple[Release, ...] = ()  # the reported completions counted up to earliestStart
-    window: Candidate | None = None  # the envelope whose window opening decides (window-aligned)
+    opened: tuple[Candidate, ...] = ()  # window-aligned: the envelopes whose windows opened by earliestStart
 
     def to_json(self) -> dict:
         return {"earliestStart": rfc3339(self.earliest_start), "confidence": self.confidence}
@@ -117,10 +117,8 @@ def forecast(
             per_domain[domain] = per_domain.get(domain, 0) + gpus
     if fundable_now >= need and place(per_domain, unit, spread)[0] >= need:
         return Forecast(at, REPORTED)
-    window_starts: dict[datetime, Candidate] = {}
-    for candidate in sorted(windows, key=lambda c: (c.envelope.start, c.key)):
-        if candidate.envelope.start > at:
-            window_starts.setdefault(candidate.envelope.start, candidate)
+    later = sorted((c for c in windows if c.envelope.start > at), key=lambda c: (c.envelope.start, c.key))
+    window_starts = {c.envelope.start for c in later}
     instants = sorted({r.at for r in reported} | set(window_starts))
     given_back = Releases()
     fund_before = fundable_now
@@ -141,7 +139,8 @@ def forecast(
         if fund >= need:
             counted = tuple(reported[:taken])
             if when in window_starts and fund_before < need:
-                return Forecast(when, WINDOW_ALIGNED, counted, window_starts[when])
+                opened = tuple(c for c in later if c.envelope.start <= when)
+                return Forecast(when, WINDOW_ALIGNED, counted, opened)
             return Forecast(when, REPORTED, counted)
         fund_before = fund
     return Forecast(None, UNKNOWN)

@@ -6,7 +6,7 @@ A node's free capacity is its slots minus the slots of leases open at ``at`` (Ac
 reservation's fabric domain when its scope names one. A group of ``groupGPUs`` (plus its spares) must sit
 inside one domain, so a domain with ``free`` slots holds ``floor(free / unit)`` groups; without
 ``allowCrossGroupSpread`` only the best single domain counts; a run without ``groupGPUs`` can use every free
-slot.
+slot of every domain.
 
 Everything here is in GPUs (= slots). Pure: no clock, no I/O.
 """
@@ -96,8 +96,9 @@ def place(free: Mapping[str, int], unit: int | None, spread: bool) -> tuple[int,
     """Placeable GPUs for free slots ``free`` (domain -> GPUs) and a group footprint ``unit``.
 
     Returns the total and, per domain, (placeable GPUs, whole groups). With ``unit`` each domain holds
-    ``floor(free / unit)`` groups; without it every free slot is usable. Without cross-group spread only the
-    best single domain counts towards the total. Always ``0 <= placeable <= free``."""
+    ``floor(free / unit)`` groups, and without cross-group spread only the best single domain counts towards
+    the total; without ``unit`` every free slot is usable ("without g it is the sum of free slots", whatever the
+    spread flag says). Always ``0 <= placeable <= free``."""
     per_domain: dict[str, tuple[int, int | None]] = {}
     for domain, gpus in free.items():
         if unit:
@@ -106,7 +107,7 @@ def place(free: Mapping[str, int], unit: int | None, spread: bool) -> tuple[int,
         else:
             per_domain[domain] = (max(0, gpus), None)
     amounts = [p for p, _ in per_domain.values()]
-    total = sum(amounts) if spread else max(amounts, default=0)
+    total = sum(amounts) if spread or not unit else max(amounts, default=0)
     return total, per_domain
 
 

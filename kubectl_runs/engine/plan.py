@@ -518,16 +518,20 @@ def _remedies(
         wanted -= give
     start = outlook.earliest_start
     if start is not None and start > at:
-        if outlook.confidence == WINDOW_ALIGNED and outlook.window is not None:
-            window = outlook.window
+        if outlook.confidence == WINDOW_ALIGNED and outlook.opened:
             given_back = Releases()
             for release in outlook.releases:
                 for charge in release.charges:
                     given_back.add(charge, envelope_owner(charge.envelope) if charge.envelope else None)
-            gives = sum(s.usable for s in walk_at(start, given_back).sources if s.key == window.key)
-            out.append(Remedy(WAIT, window.owner, gives,
-                              f"wait until {_when(start, at)}, when {window.label} of {window.owner} opens its window"
-                              + (f" with {gives} GPUs of headroom" if gives else "")))
+            opened = {c.key: c for c in outlook.opened}
+            supplying = [s for s in walk_at(start, given_back).sources if s.key in opened and s.usable > 0]
+            gives = sum(s.usable for s in supplying)
+            if supplying:
+                first = opened[supplying[0].key]
+                more = f" (and {len(supplying) - 1} more)" if len(supplying) > 1 else ""
+                out.append(Remedy(WAIT, first.owner, gives,
+                                  f"wait until {_when(start, at)}, when {first.label} of {first.owner}{more} "
+                                  f"opens its window: {gives} GPUs of headroom"))
         else:
             released = outlook.releases
             gpus = sum(r.gpus for r in released)

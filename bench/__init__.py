@@ -1,0 +1,1 @@
+"""Scale generators and benchmarks (DESIGN.md: ratios measured side by side, never absolute times)."""

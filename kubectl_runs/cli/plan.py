@@ -61,11 +61,12 @@ def find_run(snapshot: Snapshot, namespace: str, name: str) -> Run:
 
 def plan_document(result: Plan, fmt: str) -> Document:
     wrap = fmt == TABLE
+    lines = [result.headline(), *forecast_lines(result)]
     return Document(
         data=result.to_json(),
         rows=figures(result),
         columns=FIGURE_COLUMNS,
-        summary=[result.headline(), *forecast_lines(result)],
+        summary=[part for line in lines for part in (textwrap.wrap(line, TABLE_WIDTH) if wrap else [line])],
         sections=plan_sections(result, wrap=wrap),
     )
 
@@ -99,14 +100,14 @@ def figures(result: Plan) -> list[Figure]:
             planned += f" ({groups} group{'s' if groups != 1 else ''} of {group})"
         spares = f" + {result.spares} spares" if result.spares else ""
         held = width.allocated + result.held_spares
-        need = f"{planned}{spares} − {held} held"
+        need = f"{planned}{spares}, {held} held"
     domains = len(room.domains)
     nodes = room.node_count
     where = f" in domain {room.domain_scope}" if room.domain_scope else ""
     placeable = f"{room.free} free on {nodes} schedulable {room.flavor} node{'s' if nodes != 1 else ''}{where}"
     if domains > 1:
         placeable += f", {domains} domains"
-    if room.unit and room.unit != room.free:
+    if room.unit:
         placeable += f"; whole groups of {room.unit}"
         if not room.spread:
             best = room.best_domain
@@ -142,9 +143,9 @@ def forecast_lines(result: Plan) -> list[str]:
         return ["Earliest start: now, when its reservation activates and frees the rest (remedies below)."]
     exact = f"{start:%Y-%m-%d %H:%M} UTC (in {span(start - result.at)})"
     if outlook.confidence == WINDOW_ALIGNED:
-        return [f"Earliest start: {exact}, when a budget window opens (window-aligned)."]
+        return [f"Earliest start: {exact}, when a budget window opens."]
     if outlook.confidence == REPORTED:
-        return [f"Earliest start: {exact}, from the completion times runs report (reported)."]
+        return [f"Earliest start: {exact}, by reported completion times."]
     return [f"Earliest start: {exact} ({outlook.confidence})."]
 
 

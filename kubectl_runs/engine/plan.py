@@ -174,7 +174,13 @@ class Plan:
             return f"{key} has finished ({self.run.status.phase}): nothing to plan."
         blocked = self.blocked
         if blocked is not None:
-            return f"{key} cannot start: {blocked.message}."
+            namespace = self.run.metadata.namespace
+            if blocked.code == INVALID_REQUEST:
+                return f"{key} cannot start: {blocked.message}."
+            if self.funding.unbound:
+                owners = len(self.funding.unbound_owners)
+                return f"{key} cannot start: namespace {namespace} is unbound (its Budgets name {owners} owners)."
+            return f"{key} cannot start: namespace {namespace} has no Budget, so no owner pays for its runs."
         if self.need == 0:
             what = "its desired width" if self.run.spec.malleable else "full width"
             return f"{key} is running at {what} ({self.width.allocated} GPUs): nothing to plan."
@@ -185,13 +191,13 @@ class Plan:
             return f"{key} starts now{grow}: {self.need} GPUs can be placed and funded."
         because = []
         if self.capacity_deficit:
-            because.append(f"only {self.placeable} of the {self.need} GPUs it needs can be placed")
+            because.append(f"only {self.placeable} of {self.need} fit" if self.placeable else f"none of {self.need} fit")
         if self.funding_deficit:
             codes = self.codes
             if NO_ENVELOPE in codes:
                 because.append(f"no envelope of its family pays for {self.flavor}")
             elif WINDOW_NOT_OPEN in codes:
-                because.append(f"no {self.flavor} envelope of its family is inside its window")
+                because.append(f"no {self.flavor} window is open")
             else:
                 because.append(f"only {self.fundable} can be funded")
         return f"{key} is short by {self.deficit} GPUs{grow} because {' and '.join(because)}."
@@ -460,7 +466,7 @@ def _capacity_reasons(
                                              f"holds {best.groups}")]
     if group_gpus:
         spares = f" (with {unit - group_gpus} spares)" if unit and unit != group_gpus else ""
-        text = f"{free_text}; whole groups of {group_gpus}{spares} fit {room.placeable} of them; it needs {need}"
+        text = f"{free_text}, {room.placeable} of them in whole groups of {group_gpus}{spares}; it needs {need}"
     else:
         text = f"{free_text}; it needs {need}"
     return [Reason(INSUFFICIENT_CAPACITY, text)]
@@ -547,10 +553,14 @@ def _remedies(
         target = reservation.key if reservation is not None else run.key
         by = f"when reservation {reservation.key} activates" if reservation is not None else "when a reservation for it activates"
         out.append(Remedy(LOTTERY, target, gpus,
-                          f"{by}, a seeded lottery over {len(gentle.conflict)} groups in scope frees the remaining "
+                          f"{by}, a seeded lottery over {_groups(len(gentle.conflict))} in scope frees the remaining "
                           f"{gpus} (unfunded first, then borrowed, shared, owned)"))
     return out
 
+
+
+def _groups(count: int) -> str:
+    return f"{count} group{'' if count == 1 else 's'}"
 
 
 # --- explain: everything about one run --------------------------------------------------------------------------

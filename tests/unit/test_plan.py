@@ -242,7 +242,7 @@ def test_insufficient_capacity():
         ("InsufficientCapacity",
          "8 H100 GPUs are free on 2 schedulable nodes (1 more node cordoned or out of service); it needs 16"),
     ]
-    assert p.headline() == "team/job is short by 8 GPUs because only 8 of the 16 GPUs it needs can be placed."
+    assert p.headline() == "team/job is short by 8 GPUs because only 8 of 16 fit."
 
 
 def test_insufficient_capacity_when_free_gpus_are_fragmented():
@@ -251,7 +251,7 @@ def test_insufficient_capacity_when_free_gpus_are_fragmented():
                 held("b", "n2", 4))
     assert (p.capacity.free, p.placeable) == (8, 0)
     assert p.reasons[0].message == (
-        "8 H100 GPUs are free on 2 schedulable nodes; whole groups of 8 fit 0 of them; it needs 8"
+        "8 H100 GPUs are free on 2 schedulable nodes, 0 of them in whole groups of 8; it needs 8"
     )
 
 
@@ -329,7 +329,7 @@ def test_lottery():
                 reservation("job-r1", "team", run_name="job"))
     assert remedies(p) == [("Lottery", "team/job-r1", 8)]
     assert p.remedies[0].message == (
-        "when reservation team/job-r1 activates, a seeded lottery over 1 groups in scope frees the remaining 8 "
+        "when reservation team/job-r1 activates, a seeded lottery over 1 group in scope frees the remaining 8 "
         "(unfunded first, then borrowed, shared, owned)"
     )
     assert p.forecast.to_json() == {"earliestStart": None, "confidence": "unknown"}

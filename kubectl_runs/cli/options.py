@@ -8,15 +8,17 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import UsageError, UserError
-from ..model import Snapshot
-from ..render import FORMATS, TABLE, Document, check_format, render
-from ..sources import Source, default_namespace, load
 from ..timeutil import now_utc, parse_time
+
+if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
+    from ..model import Snapshot
+    from ..render import Document
+    from ..sources import Source
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
@@ -43,6 +45,8 @@ class GlobalOptions:
 
     def object_namespace(self) -> str:
         """Commands on one object look in ``-n``, else the kubeconfig context's namespace, else default."""
+        from ..sources import default_namespace
+
         return self.namespace or default_namespace(self.kubeconfig, self.context)
 
     def report_namespace(self) -> str | None:
@@ -50,6 +54,8 @@ class GlobalOptions:
         return None if self.all_namespaces else self.namespace
 
     def source(self, namespace: str | None) -> Source:
+        from ..sources import Source
+
         return Source(
             snapshots=tuple(self.snapshots),
             kubeconfig=self.kubeconfig,
@@ -73,6 +79,8 @@ class GlobalOptions:
         return seconds or None
 
     def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
+        from ..sources import load
+
         snapshot = load(self.source(namespace), stdin)
         for note in snapshot.notes:
             click.echo(f"note: {note}", err=True)
@@ -89,9 +97,13 @@ class GlobalOptions:
     # --- validate & print -------------------------------------------------------------------------------
 
     def output_format(self, allowed: Sequence[str]) -> str:
+        from ..render import TABLE, check_format
+
         return check_format(self.output or TABLE, allowed)
 
     def print(self, doc: Document, fmt: str) -> None:
+        from ..render import render
+
         render(doc, fmt, sys.stdout, sys.stderr, no_headers=self.no_headers)
 
 
@@ -111,6 +123,8 @@ def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    from ..render import FORMATS
+
     return [name for name in FORMATS if name.startswith(incomplete)]
 
 

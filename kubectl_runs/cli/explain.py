@@ -107,8 +107,8 @@ def header_lines(info: Explanation, *, wrap: bool) -> list[str]:
     lines.append(("Funding", funding))
     lines.append(("Plan", plan.headline()))
     if plan.need and not plan.finished:
-        lines.append(("", f"need {plan.need}, placeable {plan.placeable}, fundable {plan.fundable}; deficit "
-                          f"{plan.deficit} (capacity {plan.capacity_deficit}, funding {plan.funding_deficit})"))
+        lines.append(("", f"need {plan.need:,}, placeable {plan.placeable:,}, fundable {plan.fundable:,}; deficit "
+                          f"{plan.deficit:,} (capacity {plan.capacity_deficit:,}, funding {plan.funding_deficit:,})"))
     for line in forecast_lines(plan):
         lines.append(("", line))
     reservation = info.reservation
@@ -131,7 +131,8 @@ def header_lines(info: Explanation, *, wrap: bool) -> list[str]:
     for name, text in lines:
         head = f"{name + ':' if name else '':<{label}}"
         if wrap:
-            out.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label))
+            out.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label,
+                                     break_on_hyphens=False))
         else:
             out.append(head + text)
     return out

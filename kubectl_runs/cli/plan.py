@@ -62,13 +62,19 @@ def find_run(snapshot: Snapshot, namespace: str, name: str) -> Run:
 def plan_document(result: Plan, fmt: str) -> Document:
     wrap = fmt == TABLE
     lines = [result.headline(), *forecast_lines(result)]
+    rows, columns = wrapped(figures(result), (("", lambda f: f.name), ("GPUS", lambda f: f"{f.gpus:,}")), "DETAIL",
+                            lambda f: f.detail, wrap=wrap)
     return Document(
         data=result.to_json(),
-        rows=figures(result),
-        columns=FIGURE_COLUMNS,
-        summary=[part for line in lines for part in (textwrap.wrap(line, TABLE_WIDTH) if wrap else [line])],
+        rows=rows,
+        columns=columns,
+        summary=[part for line in lines for part in (_wrap(line) if wrap else [line])],
         sections=plan_sections(result, wrap=wrap),
     )
+
+
+def _wrap(line: str) -> list[str]:
+    return textwrap.wrap(line, TABLE_WIDTH, break_on_hyphens=False)
 
 
 @dataclass(frozen=True)
@@ -76,13 +82,6 @@ class Figure:
     name: str
     gpus: int
     detail: str
-
-
-FIGURE_COLUMNS = (
-    Column("", lambda f: f.name),
-    Column("GPUS", lambda f: f.gpus),
-    Column("DETAIL", lambda f: f.detail),
-)
 
 
 def figures(result: Plan) -> list[Figure]:
@@ -103,22 +102,23 @@ def figures(result: Plan) -> list[Figure]:
         need = f"{planned}{spares}, {held} held"
     domains = len(room.domains)
     nodes = room.node_count
-    where = f" in domain {room.domain_scope}" if room.domain_scope else ""
-    placeable = f"{room.free} free on {nodes} schedulable {room.flavor} node{'s' if nodes != 1 else ''}{where}"
-    if domains > 1:
-        placeable += f", {domains} domains"
+    placeable = f"{room.free:,} free on {nodes:,} schedulable {room.flavor} node{'s' if nodes != 1 else ''}"
+    if room.domain_scope:
+        placeable += f" in domain {room.domain_scope} (the reservation's scope)"
+    elif domains > 1:
+        placeable += f" in {domains} domains"
     if room.unit:
-        placeable += f"; whole groups of {room.unit}"
+        placeable += f"; groups of {room.unit}"
         if not room.spread:
             best = room.best_domain
-            placeable += f", one domain only ({best.domain})" if best else ", one domain only"
+            placeable += f", one domain (best: {best.domain})" if best else ", one domain"
     by_relation: dict[str, int] = {}
     for source in result.funding.sources:
         by_relation[source.relation] = by_relation.get(source.relation, 0) + source.usable
     if result.funding.owner is None:
         fundable = "no owner: the namespace is unbound"
     elif by_relation:
-        fundable = ", ".join(f"{rel} {gpus}" for rel, gpus in by_relation.items())
+        fundable = ", ".join(f"{rel} {gpus:,}" for rel, gpus in by_relation.items())
         fundable += f" ({len(result.funding.sources)} envelope{'s' if len(result.funding.sources) != 1 else ''})"
     else:
         fundable = f"no {result.flavor} envelope of the family is open now"
@@ -164,16 +164,19 @@ def plan_sections(result: Plan, *, wrap: bool) -> list[Section]:
         (
             ("#", lambda item: item[0]),
             ("KIND", lambda item: item[1].kind),
-            ("GPUS", lambda item: item[1].gpus),
+            ("GPUS", lambda item: f"{item[1].gpus:,}"),
         ),
         "MESSAGE",
         lambda item: item[1].message,
         wrap=wrap,
         wide=(("TARGET", lambda item: item[1].target),),
     )
+    shown = [d for d in result.capacity.domains if d.free] or list(result.capacity.domains)
+    hidden = len(result.capacity.domains) - len(shown)
     domains = Section(
-        "Capacity by fabric domain",
-        result.capacity.domains,
+        "Capacity by fabric domain (most placeable first"
+        + (f"; {hidden} domain{'s' if hidden != 1 else ''} with no free GPU not shown" if hidden else "") + ")",
+        sorted(shown, key=lambda d: (-d.placeable, -d.free, d.domain)),
         (
             Column("DOMAIN", lambda d: d.domain or "<none>"),
             Column("NODES", lambda d: d.nodes),
@@ -216,7 +219,7 @@ def wrapped(
     used = sum(max([len(h)] + [len(c[i]) for c in cells]) + 2 for i, h in enumerate(heads[: len(fixed)]))
     room = max(30, TABLE_WIDTH - used)
     for item, cell in zip(items, cells, strict=True):
-        lines = textwrap.wrap(text(item), room) if wrap else [text(item)]
+        lines = textwrap.wrap(text(item), room, break_on_hyphens=False) if wrap else [text(item)]
         for index, line in enumerate(lines or [""]):
             rows.append((cell if index == 0 else ("",) * len(cell)) + (line,))
     columns = [Column(name, _at(i)) for i, name in enumerate(heads[: len(fixed)])]

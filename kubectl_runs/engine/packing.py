@@ -33,10 +33,12 @@ def open_leases(snapshot: Snapshot, at: datetime) -> list[GPULease]:
     out = []
     append = out.append
     for lease in snapshot.leases:
-        if lease.spec.start > at:
-            continue
         status = lease.status
-        if status.closed and (status.ended is None or status.ended <= at):
+        if status.closed:  # most of a history: one comparison settles it
+            ended = status.ended
+            if ended is None or ended <= at:
+                continue
+        if lease.spec.start > at:
             continue
         append(lease)
     return out
@@ -70,7 +72,9 @@ def used_slots(nodes: Iterable[Node], leases: Iterable[GPULease]) -> dict[str, s
 def free_by_node(nodes: Sequence[Node], leases: Iterable[GPULease]) -> dict[str, int]:
     """Free GPUs of each node: its slots minus the slots open leases hold (0 on an out-of-service node)."""
     used = used_slots(nodes, leases)
-    return {node.name: max(0, len(node.slots) - len(used.get(node.name, ()))) for node in nodes}
+    return {
+        node.name: 0 if node.out_of_service else max(0, node.gpus - len(used.get(node.name, ()))) for node in nodes
+    }
 
 
 def group_unit(group_gpus: int | None, spares_per_group: int) -> int | None:

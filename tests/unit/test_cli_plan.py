@@ -41,7 +41,7 @@ Earliest start: 2025-11-02 00:00 UTC (in 14 hours), by reported completion times
 
            GPUS  DETAIL
 NEED         16  width 16 (2 groups of 8), 0 held
-PLACEABLE     8  8 free on 2 schedulable H100 nodes; whole groups of 8
+PLACEABLE     8  8 free on 2 schedulable H100 nodes; groups of 8
 FUNDABLE      8  own 8 (1 envelope)
 DEFICIT       8  capacity 8, funding 8
 
@@ -58,7 +58,7 @@ Remedies:
 2  Lottery     8  when a reservation for it activates, a seeded lottery over 1 group in scope frees
                   the remaining 8 (unfunded first, then borrowed, shared, owned)
 
-Capacity by fabric domain:
+Capacity by fabric domain (most placeable first):
 DOMAIN  NODES  FREE  PLACEABLE  GROUPS
 d1          2     8          8       1
 

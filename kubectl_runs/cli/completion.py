@@ -152,18 +152,23 @@ def completion_script(shell: str) -> str:
 def plugin_completions(words: list[str]) -> str:
     """What ``kubectl_complete-runs`` prints for the words after ``kubectl runs`` (the last one is being
     typed): one ``value<TAB>help`` line per candidate, then cobra's ``:<directive>`` line."""
-    from click.shell_completion import ShellComplete
+    # ShellComplete.get_completions, step by step, to learn what is being completed.
+    from click.shell_completion import _resolve_context, _resolve_incomplete
 
     from .main import PROG, cli
 
     args, incomplete = (list(words[:-1]), words[-1]) if words else ([], "")
+    directive = DIRECTIVE_NO_FILE_COMP
     try:
         with _quiet():
-            items = ShellComplete(cli, {}, PROG, COMPLETE_VAR).get_completions(args, incomplete)
+            ctx = _resolve_context(cli, {}, PROG, args)
+            target, incomplete = _resolve_incomplete(ctx, args, incomplete)
+            items = target.shell_complete(ctx, incomplete)
+        if not items and isinstance(target, click.Option):
+            directive = DIRECTIVE_DEFAULT  # a free-form value (--snapshot PATH, --kubeconfig): file names
     except BaseException:  # no traceback in a shell, ever
         items = []
     lines: list[str] = []
-    directive = DIRECTIVE_NO_FILE_COMP
     for item in items:
         if item.type == "file":
             directive = DIRECTIVE_DEFAULT

@@ -95,6 +95,12 @@ def test_plugin_completion_of_a_flag_value():
     assert [line.split("\t")[0] for line in lines] == ["json", ":4"]
 
 
+def test_plugin_completion_of_a_path_leaves_it_to_the_shell():
+    """``kubectl runs budgets usage --snapshot <TAB>``: no candidates and cobra's ``:0``, so the shell
+    completes file names."""
+    assert plugin_completions(["budgets", "usage", "--snapshot", ""]) == ":0\n"
+
+
 def test_plugin_completion_through_main(capsys):
     """``kubectl-runs completion __complete WORD…`` takes the words verbatim, flags included."""
     assert main(["completion", "__complete", "budgets", "usage", "--ow"]) == 0

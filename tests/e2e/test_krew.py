@@ -5,6 +5,7 @@ each check catches what krew would reject."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import subprocess
 import sys
 import tarfile
@@ -18,8 +19,9 @@ SCRIPT = ROOT / "krew" / "manifest.py"
 TEMPLATE = ROOT / "krew" / "runs.yaml"
 ARCHIVE = "kubectl-runs_linux_amd64.tar.gz"
 
-sys.path.insert(0, str(SCRIPT.parent))
-import manifest  # noqa: E402  (krew/manifest.py)
+_spec = importlib.util.spec_from_file_location("krew_manifest", SCRIPT)
+manifest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(manifest)
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from ..engine.lottery import RunDraw, run_draws
 from ..engine.plan import Explanation, explain_run
 from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section, ago, when
 from ..timeutil import parse_time
+from .completion import complete_runs
 from .options import GlobalOptions, global_options
 from .plan import TABLE_WIDTH, find_run, forecast_lines, plan_sections, when_text, wrapped
 
@@ -19,7 +20,7 @@ RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
 
 
 @click.command("explain")
-@click.argument("run_name", metavar="RUN")
+@click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
 @global_options
 @click.pass_context
 def explain(ctx: click.Context, run_name: str) -> None:

@@ -15,13 +15,14 @@ from ..engine.plan import Plan, plan_run
 from ..errors import UserError
 from ..model import Run, Snapshot
 from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section
+from .completion import complete_runs
 from .options import GlobalOptions, global_options
 
 TABLE_WIDTH = 100  # default-mode tables fit this many columns (DESIGN.md)
 
 
 @click.command("plan")
-@click.argument("run_name", metavar="RUN")
+@click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
 @global_options
 @click.pass_context
 def plan(ctx: click.Context, run_name: str) -> None:

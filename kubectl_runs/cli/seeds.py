@@ -7,6 +7,7 @@ import click
 from ..engine.lottery import Verification, is_activated, verify, verify_all
 from ..errors import ExitCode, UserError
 from ..render import OBJECT_FORMATS, Column, Document, Section, when
+from .completion import complete_reservations
 from .options import GlobalOptions, global_options
 
 
@@ -17,7 +18,7 @@ def seeds() -> None:
 
 
 @seeds.command("verify")
-@click.argument("reservation", required=False, metavar="[RESERVATION]")
+@click.argument("reservation", required=False, metavar="[RESERVATION]", shell_complete=complete_reservations)
 @global_options
 @click.pass_context
 def verify_command(ctx: click.Context, reservation: str | None) -> int:

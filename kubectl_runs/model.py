@@ -56,6 +56,24 @@ class ObjectMeta(Record):
     annotations: dict[str, str] = {}
 
 
+class Namespaced(Record):
+    """A namespaced object: ``namespace``, ``name`` and ``key`` (``namespace/name``) from its metadata."""
+
+    metadata: ObjectMeta
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
 class ClusterObjectMeta(Record):
     """Metadata of a cluster-scoped object (a Node): no namespace."""
 
@@ -198,21 +216,8 @@ class BudgetSpec(Record):
     aggregate_caps: tuple[AggregateCap, ...] = ()
 
 
-class Budget(Record, tag_field="kind", tag="Budget"):
-    metadata: ObjectMeta
+class Budget(Namespaced, tag_field="kind", tag="Budget"):
     spec: BudgetSpec
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 # --- Run ----------------------------------------------------------------------------------------------------
@@ -273,22 +278,9 @@ class RunStatus(Record):
     preemptions: tuple[PreemptionRecord, ...] = ()
 
 
-class Run(Record, tag_field="kind", tag="Run"):
-    metadata: ObjectMeta
+class Run(Namespaced, tag_field="kind", tag="Run"):
     spec: RunSpec
     status: RunStatus = RunStatus()
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def finished(self) -> bool:
@@ -350,14 +342,9 @@ class ReservationStatus(Record):
     activation: Activation | None = None
 
 
-class Reservation(Record, tag_field="kind", tag="Reservation"):
-    metadata: ObjectMeta
+class Reservation(Namespaced, tag_field="kind", tag="Reservation"):
     spec: ReservationSpec
     status: ReservationStatus = ReservationStatus()
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 # --- GPULease ------------------------------------------------------------------------------------------------
@@ -402,14 +389,9 @@ class GPULeaseStatus(Record):
     preemption: LeasePreemption | None = None
 
 
-class GPULease(Record, tag_field="kind", tag="GPULease"):
-    metadata: ObjectMeta
+class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
     spec: GPULeaseSpec
     status: GPULeaseStatus = GPULeaseStatus()
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def gpus(self) -> int:
@@ -446,6 +428,16 @@ class GPULease(Record, tag_field="kind", tag="GPULease"):
 
 KINDS = {"Node": Node, "Budget": Budget, "Run": Run, "Reservation": Reservation, "GPULease": GPULease}
 AnyObject = Node | Budget | Run | Reservation | GPULease
+
+
+def snapshot_document(items: list[dict], taken_at: str | None) -> dict:
+    """A snapshot file's content: one ``List`` stamped with the time it was taken (API.md §2)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
+        "items": items,
+    }
 
 
 # --- Snapshot -----------------------------------------------------------------------------------------------

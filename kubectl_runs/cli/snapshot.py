@@ -8,7 +8,7 @@ import click
 import msgspec
 
 from ..errors import UserError
-from ..model import API_VERSION, SNAPSHOT_TIME_ANNOTATION
+from ..model import API_VERSION, snapshot_document
 from ..render import JSON, YAML, Document
 from ..timeutil import rfc3339
 from .options import GlobalOptions, global_options
@@ -74,9 +74,4 @@ def _normalized(loaded, taken_at: str | None) -> dict:
             item = msgspec.to_builtins(obj)
             item["apiVersion"] = "v1" if item["kind"] == "Node" else API_VERSION
             items.append(item)
-    return {
-        "apiVersion": "v1",
-        "kind": "List",
-        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
-        "items": items,
-    }
+    return snapshot_document(items, taken_at)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import msgspec
 
 from ..errors import UserError
-from ..model import GROUP, KINDS, SNAPSHOT_TIME_ANNOTATION, VERSION, Snapshot
+from ..model import GROUP, KINDS, VERSION, Snapshot, snapshot_document
 from . import Source
 from .files import _Collector, gc_paused
 
@@ -260,12 +260,7 @@ def save_cluster(source: Source, taken_at: str) -> dict:
                     item.setdefault("kind", resource.kind)
                     item.get("metadata", {}).pop("managedFields", None)
                     items.append(item)
-    return {
-        "apiVersion": "v1",
-        "kind": "List",
-        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
-        "items": items,
-    }
+    return snapshot_document(items, taken_at)
 
 
 def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:

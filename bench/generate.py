@@ -1184,37 +1184,40 @@ class FleetGenerator:
         return meta
 
     def _items(self):
+        """Every object, each kind in the order the API server lists it (by namespace, then name), as
+        ``kubectl get nodes,budgets,runs,reservations,gpuleases -A -o json`` prints them."""
         node_created = epoch("2025-03-03T09:00:00Z")
-        for domain in self.domains:
+        failed = {n for lane in self._lanes_where(lambda lane: lane.out_of_service) for n in lane.nodes}
+        by_name = sorted(((name, domain, i) for domain in self.domains for i, name in enumerate(domain.nodes)),
+                         key=lambda entry: entry[0])
+        for name, domain, i in by_name:
             _short, resource, _fabric, instance = FLAVORS[domain.flavor]
-            failed = {n for pool in domain.pools for lane in pool.lanes if lane.out_of_service for n in lane.nodes}
-            for i, name in enumerate(domain.nodes):
-                labels = {
-                    "gpu.flavor": domain.flavor,
-                    "fabric.domain": domain.name,
-                    "region": domain.region,
-                    "cluster": domain.cluster,
-                    "rack": f"r{i // 4:02d}",
-                    "kubernetes.io/hostname": name,
-                    "node.kubernetes.io/instance-type": instance,
-                    "topology.kubernetes.io/region": domain.region,
-                }
-                spec: dict[str, Any] = {}
-                if name in domain.cordoned:
-                    spec["unschedulable"] = True
-                    spec["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
-                if name in failed:
-                    spec["taints"] = [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
-                                       "effect": "NoExecute"}]
-                resources = {"cpu": "192", "memory": "2063937Mi", "pods": "110", resource: str(GPUS_PER_NODE)}
-                yield {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": self._meta(name, None, node_created + 60 * i, labels=labels),
-                    "spec": spec,
-                    "status": {"capacity": resources, "allocatable": resources},
-                }
-        for budget in self.budgets:
+            labels = {
+                "gpu.flavor": domain.flavor,
+                "fabric.domain": domain.name,
+                "region": domain.region,
+                "cluster": domain.cluster,
+                "rack": f"r{i // 4:02d}",
+                "kubernetes.io/hostname": name,
+                "node.kubernetes.io/instance-type": instance,
+                "topology.kubernetes.io/region": domain.region,
+            }
+            spec: dict[str, Any] = {}
+            if name in domain.cordoned:
+                spec["unschedulable"] = True
+                spec["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+            if name in failed:
+                spec["taints"] = [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+                                   "effect": "NoExecute"}]
+            resources = {"cpu": "192", "memory": "2063937Mi", "pods": "110", resource: str(GPUS_PER_NODE)}
+            yield {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": self._meta(name, None, node_created + 60 * i, labels=labels),
+                "spec": spec,
+                "status": {"capacity": resources, "allocatable": resources},
+            }
+        for budget in sorted(self.budgets, key=lambda b: (b.namespace, b.name)):
             spec: dict[str, Any] = {"owner": budget.owner, "envelopes": [_envelope(e) for e in budget.envelopes]}
             if budget.caps:
                 spec["aggregateCaps"] = [{"name": name, "envelopes": [e.name for e in members],
@@ -1222,7 +1225,7 @@ class FleetGenerator:
             yield {"apiVersion": API_VERSION, "kind": "Budget",
                    "metadata": self._meta(budget.name, budget.namespace, epoch("2025-06-15T10:00:00Z")),
                    "spec": spec}
-        for run in self.runs:
+        for run in sorted(self.runs, key=lambda r: (r.namespace, r.name)):
             more: dict[str, Any] = {"labels": {"jobtree.dev/owner": run.owner.replace(":", ".")}}
             if run.deleted is not None:
                 more["deletionTimestamp"] = iso(run.deleted)
@@ -1239,8 +1242,18 @@ class FleetGenerator:
             yield {"apiVersion": API_VERSION, "kind": "Run",
                    "metadata": self._meta(run.name, run.namespace, run.created, **more),
                    "spec": run.spec, "status": status}
-        for a in self.activations:
-            yield {
+        reservations = [(a.namespace, a.name, a) for a in self.activations]
+        reservations += [(p.namespace, p.name, p) for p in self.pending]
+        for _namespace, _name, reservation in sorted(reservations, key=lambda r: r[:2]):
+            if isinstance(reservation, Activation):
+                yield self._activated(reservation)
+            else:
+                yield self._pending(reservation)
+        for lease in sorted(self.leases, key=lambda lease: (lease.namespace, lease.name)):
+            yield self._lease(lease)
+
+    def _activated(self, a: Activation) -> dict[str, Any]:
+        return {
                 "apiVersion": API_VERSION,
                 "kind": "Reservation",
                 "metadata": self._meta(a.name, a.namespace, a.run.created + MINUTE),
@@ -1256,11 +1269,12 @@ class FleetGenerator:
                                    "conflictSet": a.conflict_set, "actions": a.actions, "freedGPUs": a.freed},
                 },
             }
-        for p in self.pending:
-            scope: dict[str, Any] = {"flavor": p.run.flavor}
-            if p.domain is not None:
-                scope["domain"] = p.domain.name
-            yield {
+
+    def _pending(self, p: PendingReservation) -> dict[str, Any]:
+        scope: dict[str, Any] = {"flavor": p.run.flavor}
+        if p.domain is not None:
+            scope["domain"] = p.domain.name
+        return {
                 "apiVersion": API_VERSION,
                 "kind": "Reservation",
                 "metadata": self._meta(p.name, p.namespace, p.created),
@@ -1272,8 +1286,6 @@ class FleetGenerator:
                 },
                 "status": {"state": "Pending", "countdownSeconds": p.earliest - SNAPSHOT_AT},
             }
-        for lease in self.leases:
-            yield self._lease(lease)
 
     def _lease(self, lease: Lease) -> dict[str, Any]:
         spec: dict[str, Any] = {

@@ -35,7 +35,10 @@ do_build() {
         echo "$outdir"
         return 0
     fi
-    command -v go >/dev/null 2>&1 || die "'go' is not on PATH: Go >= 1.24 is needed to build kube-apiserver $k8s_version and etcd $etcd_version for the integration tests (install Go, e.g. the golang-go Debian package if recent enough, or https://go.dev/dl/)"
+    local go
+    go="$(command -v go || true)"
+    if [[ -z "$go" && -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; fi
+    [[ -n "$go" ]] || die "'go' is not on PATH: Go >= 1.24 is needed to build kube-apiserver $k8s_version and etcd $etcd_version for the integration tests; install Go and run again"
     mkdir -p "$cache_root"
 
     # Serialise concurrent builds (e.g. several pytest workers).
@@ -48,9 +51,8 @@ do_build() {
         fi
     fi
 
-    local tmp
     tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-    trap 'rm -rf "$tmp"' EXIT
+    trap 'rm -rf "${tmp:-}"' EXIT
 
     local minor="${k8s_version#v1.}"; minor="${minor%%.*}"
     local x="" pkg
@@ -64,7 +66,7 @@ do_build() {
         cd "$moddir"
         # go.sum is committed: -mod=readonly makes the build use exactly what it pins.
         export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off
-        go build -trimpath -ldflags="-s -w$x" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
+        "$go" build -trimpath -ldflags="-s -w$x" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
     ) >&2 || die "go build failed (see above)"
     "$tmp/etcd" --version >/dev/null 2>&1 || die "the built etcd does not run"
     "$tmp/kube-apiserver" --version >/dev/null 2>&1 || die "the built kube-apiserver does not run"
@@ -79,6 +81,6 @@ do_build() {
 case "${1:-build}" in
     build) do_build ;;
     dir) echo "$outdir" ;;
-    -h|--help|help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' ;;
+    -h|--help|help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command '$1' (use: build | dir)" ;;
 esac

@@ -45,10 +45,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
 
-__all__ = ["ControlPlane", "ControlPlaneError", "build_binaries", "skip_reason", "DEFAULT_USERS"]
+__all__ = ["DEFAULT_USERS", "ControlPlane", "ControlPlaneError", "build_binaries", "skip_reason"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "controlplane.sh"
@@ -68,7 +68,7 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be built, started or reached."""
 
 
-def skip_reason() -> Optional[str]:
+def skip_reason() -> str | None:
     """Why tests needing a control plane should be skipped here, or None if they must run.
 
     They are skipped only when ``go`` is not on PATH *and* KUBECTL_RUNS_REQUIRE_CONTROLPLANE is
@@ -96,8 +96,7 @@ def build_binaries(timeout: float = 3600) -> Path:
     try:
         proc = subprocess.run(
             ["bash", str(BUILD_SCRIPT), "build"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             text=True,
             timeout=timeout,
         )
@@ -131,6 +130,26 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+_DIR_PREFIX = "kubectl-runs-cp-"
+
+
+def _remove_stale_dirs(base_dir) -> None:
+    """Remove directories left by test processes that were killed (SIGKILL skips atexit)."""
+    base = Path(base_dir if base_dir is not None else tempfile.gettempdir())
+    try:
+        candidates = list(base.glob(_DIR_PREFIX + "*"))
+    except OSError:
+        return
+    for d in candidates:
+        try:
+            pid = int((d / "owner.pid").read_text().strip())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (OSError, ValueError):
+            pass  # no/unreadable owner file, or owner alive (or not ours): leave it
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         with open(path, "rb") as f:
@@ -161,22 +180,27 @@ class ControlPlane:
     After start(): ``server`` (https://127.0.0.1:PORT), ``ca_file``, ``admin_kubeconfig``,
     ``kubeconfig`` (every user's context in one file, current context admin), ``etcd_url``,
     ``dir`` (the temporary directory), ``apiserver_log``, ``etcd_log``, ``tokens`` (user -> token),
-    ``users``, ``startup_seconds``.
+    ``users``, ``startup_seconds`` (start of etcd to API server ready), ``build_seconds`` (time
+    spent in scripts/controlplane.sh, ~0 when cached).
+
+    The processes get PR_SET_PDEATHSIG=SIGKILL (Linux): they die with the thread that called
+    start(), so call it from the main thread (pytest fixtures do). stop() is also registered
+    with atexit.
     """
 
     def __init__(
         self,
-        bin_dir: Optional[os.PathLike | str] = None,
+        bin_dir: os.PathLike | str | None = None,
         *,
-        users: Optional[Mapping[str, Sequence[str]]] = None,
+        users: Mapping[str, Sequence[str]] | None = None,
         start_timeout: float = 120.0,
         stop_timeout: float = 10.0,
-        base_dir: Optional[os.PathLike | str] = None,
+        base_dir: os.PathLike | str | None = None,
         keep_dir: bool = False,
         apiserver_args: Iterable[str] = (),
         etcd_args: Iterable[str] = (),
     ) -> None:
-        self.bin_dir: Optional[Path] = Path(bin_dir) if bin_dir is not None else None
+        self.bin_dir: Path | None = Path(bin_dir) if bin_dir is not None else None
         self.users: dict[str, tuple[str, ...]] = {
             name: tuple(groups) for name, groups in (users if users is not None else DEFAULT_USERS).items()
         }
@@ -192,25 +216,27 @@ class ControlPlane:
         self.apiserver_args = list(apiserver_args)
         self.etcd_args = list(etcd_args)
 
-        self.dir: Optional[Path] = None
-        self.server: Optional[str] = None
-        self.ca_file: Optional[str] = None
-        self.admin_kubeconfig: Optional[str] = None
-        self.kubeconfig: Optional[str] = None
-        self.etcd_url: Optional[str] = None
-        self.apiserver_log: Optional[Path] = None
-        self.etcd_log: Optional[Path] = None
+        self.dir: Path | None = None
+        self.server: str | None = None
+        self.ca_file: str | None = None
+        self.admin_kubeconfig: str | None = None
+        self.kubeconfig: str | None = None
+        self.etcd_url: str | None = None
+        self.apiserver_log: Path | None = None
+        self.etcd_log: Path | None = None
         self.tokens: dict[str, str] = {}
-        self.startup_seconds: Optional[float] = None
-        self._etcd: Optional[subprocess.Popen] = None
-        self._apiserver: Optional[subprocess.Popen] = None
+        self.startup_seconds: float | None = None
+        self.build_seconds: float | None = None
+        self._ctx: ssl.SSLContext | None = None
+        self._etcd: subprocess.Popen | None = None
+        self._apiserver: subprocess.Popen | None = None
         self._kubeconfigs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._atexit_registered = False
 
     # ----------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -220,7 +246,7 @@ class ControlPlane:
     def running(self) -> bool:
         return self._apiserver is not None and self._apiserver.poll() is None
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         """Build (if needed) and start etcd and kube-apiserver; return self once /readyz is ok."""
         with self._lock:
             if self._apiserver is not None:
@@ -237,11 +263,13 @@ class ControlPlane:
                 atexit.register(self.stop)
                 self._atexit_registered = True
             t_started = time.monotonic()
-            self.dir = Path(tempfile.mkdtemp(prefix="kubectl-runs-cp-", dir=self.base_dir))
+            _remove_stale_dirs(self.base_dir)
+            self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX, dir=self.base_dir))
+            (self.dir / "owner.pid").write_text(f"{os.getpid()}\n")
             try:
                 self._make_certs()
                 self._write_tokens()
-                last_error: Optional[Exception] = None
+                last_error: Exception | None = None
                 for _attempt in range(3):  # a free port can be taken between probe and bind
                     try:
                         self._start_etcd()
@@ -258,7 +286,7 @@ class ControlPlane:
                 self._remove_dir()
                 raise
             self.startup_seconds = time.monotonic() - t_started
-            self._build_seconds = t_started - t0
+            self.build_seconds = t_started - t0
             return self
 
     def stop(self) -> None:
@@ -280,22 +308,26 @@ class ControlPlane:
     def token_for(self, user: str) -> str:
         return self.tokens[user]
 
-    def env_for(self, user: str = "admin", base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    def env_for(self, user: str = "admin", base: Mapping[str, str] | None = None) -> dict[str, str]:
         """A copy of ``base`` (default os.environ) with KUBECONFIG pointing at ``user``'s kubeconfig."""
         env = dict(os.environ if base is None else base)
         env["KUBECONFIG"] = self.kubeconfig_for(user)
         return env
 
     def kubectl(
-        self, *args: str, user: str = "admin", check: bool = True, input: Optional[str] = None, timeout: float = 60
+        self,
+        *args: str,
+        user: str = "admin",
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 60,
     ) -> subprocess.CompletedProcess:
         """Run ``kubectl --kubeconfig <user's> ARGS``; text output captured."""
         kubectl = shutil.which("kubectl") or "/usr/bin/kubectl"
         return subprocess.run(
             [kubectl, "--kubeconfig", self.kubeconfig_for(user), *args],
             input=input,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             text=True,
             check=check,
             timeout=timeout,
@@ -305,6 +337,8 @@ class ControlPlane:
         self, method: str, path: str, body=None, user: str = "admin", content_type: str = "application/json"
     ) -> tuple[int, object]:
         """A raw HTTPS request to the API server; returns (status, decoded JSON or text)."""
+        if self.server is None:
+            raise ControlPlaneError("not started")
         data = None
         if body is not None:
             data = body if isinstance(body, (bytes, str)) else json.dumps(body)
@@ -325,12 +359,15 @@ class ControlPlane:
         except ValueError:
             return status, text
 
-    def logs(self, lines: int = 40) -> str:
-        """The last lines of both logs (for error messages)."""
+    def logs(self, lines: int = 40, etcd_lines: int | None = None) -> str:
+        """The last lines of the kube-apiserver log, then of the etcd log (for error messages)."""
         out = []
-        for name, path in (("etcd", self.etcd_log), ("kube-apiserver", self.apiserver_log)):
-            if path is not None:
-                out.append(f"--- {name} log ({path}), last {lines} lines ---\n{_tail(path, lines)}")
+        for name, path, n in (
+            ("kube-apiserver", self.apiserver_log, lines),
+            ("etcd", self.etcd_log, lines if etcd_lines is None else etcd_lines),
+        ):
+            if path is not None and n > 0:
+                out.append(f"--- {name} log ({path}), last {n} lines ---\n{_tail(path, n)}")
         return "\n".join(out)
 
     # ----------------------------------------------------------------- internals
@@ -360,7 +397,17 @@ class ControlPlane:
             "extendedKeyUsage=serverAuth\n"
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
         )
-        self._openssl("req", "-new", *ec, "-keyout", "apiserver.key", "-out", "apiserver.csr", "-subj", "/CN=kube-apiserver")
+        self._openssl(
+            "req",
+            "-new",
+            *ec,
+            "-keyout",
+            "apiserver.key",
+            "-out",
+            "apiserver.csr",
+            "-subj",
+            "/CN=kube-apiserver",
+        )
         self._openssl(
             "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", "apiserver.crt", "-days", "3650", "-sha256", "-extfile", "apiserver.ext",
@@ -431,7 +478,7 @@ class ControlPlane:
                 pass
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
-                    f"etcd not healthy after {self.start_timeout:.0f}s\n{self.logs()}"
+                    f"etcd not healthy after {self.start_timeout:.0f}s\n{self.logs(0, etcd_lines=40)}"
                 )
             time.sleep(0.1)
 
@@ -452,6 +499,9 @@ class ControlPlane:
             f"--token-auth-file={d / 'tokens.csv'}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # The endpoints reconciler would write 127.0.0.1 into Endpoints/kubernetes, which
+            # validation rejects (loopback): an error in the log every 10s and no use in tests.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={port}",
             "--authorization-mode=RBAC",
             f"--service-account-issuer={self.server}/",
@@ -484,27 +534,30 @@ class ControlPlane:
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
                     f"kube-apiserver at {self.server} not ready after {self.start_timeout:.0f}s "
-                    f"(last answer: {last})\n{self.logs()}"
+                    f"(last answer: {last})\n{self.logs(60, etcd_lines=10)}"
                 )
             time.sleep(0.2)
 
     def _raise_exited(self, name: str, proc: subprocess.Popen, log: Path) -> None:
-        text = _tail(log, 60)
+        text = _tail(log, 40)
         if "address already in use" in text:
             raise _PortInUse(f"{name}: address already in use")
-        raise ControlPlaneError(f"{name} exited with code {proc.returncode} during start-up\n{self.logs()}")
+        raise ControlPlaneError(
+            f"{name} exited with code {proc.returncode} during start-up\n--- {log}, last 40 lines ---\n{text}"
+        )
 
     def _ssl_context(self) -> ssl.SSLContext:
-        ctx = getattr(self, "_ctx", None)
-        if ctx is None:
-            ctx = ssl.create_default_context(cafile=self.ca_file)
-            self._ctx = ctx
-        return ctx
+        if self._ctx is None:
+            self._ctx = ssl.create_default_context(cafile=self.ca_file)
+        return self._ctx
 
     def _write_kubeconfigs(self) -> None:
         assert self.dir is not None and self.ca_file is not None
         ca_data = base64.b64encode(Path(self.ca_file).read_bytes()).decode()
-        cluster = {"name": "controlplane", "cluster": {"server": self.server, "certificate-authority-data": ca_data}}
+        cluster = {
+            "name": "controlplane",
+            "cluster": {"server": self.server, "certificate-authority-data": ca_data},
+        }
 
         def config(users: list[str], current: str) -> dict:
             return {
@@ -533,7 +586,7 @@ class ControlPlane:
 
     def _kill_processes(self) -> None:
         for attr in ("_apiserver", "_etcd"):  # API server first: it talks to etcd until it goes
-            proc: Optional[subprocess.Popen] = getattr(self, attr)
+            proc: subprocess.Popen | None = getattr(self, attr)
             if proc is None:
                 continue
             if proc.poll() is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from controlplane import ControlPlane, skip_reason  # noqa: E402
+from controlplane import ControlPlane, skip_reason
 
 GROUP = "smoke.kubectl-runs.test"
 CRD_NAME = f"widgets.{GROUP}"
@@ -134,7 +134,9 @@ def test_crd_with_cel_transition_rule_and_rbac(cp):
     assert "Invalid" in patched.stderr, patched.stderr
 
     # ... but a status update through the status subresource passes it
-    cp.kubectl("patch", "widget", "w1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"}}')
+    cp.kubectl(
+        "patch", "widget", "w1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"}}'
+    )
     got = json.loads(cp.kubectl("get", "widget", "w1", "-o", "json").stdout)
     assert got["status"] == {"phase": "Ready"}
     assert got["spec"]["size"] == 1

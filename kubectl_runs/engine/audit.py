@@ -552,13 +552,16 @@ def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
             Finding(
                 fk.UNKNOWN_RUN,
                 lease.key,
-                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} "
-                f"{len(lease.spec.slice.slots)} GPUs: "
+                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} {_gpus(len(lease.spec.slice.slots))}: "
                 + ("close it (RunDeleted) or restore the run" if not status.closed else "check the runRef"),
                 namespace=lease.metadata.namespace,
             )
         )
     return out
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _payers(win: _Window) -> list[EnvelopeKey | None]:
@@ -596,7 +599,7 @@ def _envelope_findings(snapshot: Snapshot, win: _Window, payers: list[EnvelopeKe
                         fk.UNKNOWN_ENVELOPE,
                         lease.key,
                         f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
-                        f"{len(lease.spec.slice.slots)} GPUs are unfunded; fix paidBy or create the envelope",
+                        f"{_gpus(len(lease.spec.slice.slots))} are unfunded; fix paidBy or create the envelope",
                         namespace=lease.metadata.namespace,
                     )
                 )

@@ -229,7 +229,7 @@ def test_unknown_run():
          "detail": "run team/orphan is not in the snapshot but the lease still holds 2 GPUs: close it "
          "(RunDeleted) or restore the run"},
         {"kind": "UnknownRun", "lease": "team/stale",
-         "detail": "run team/stale is not in the snapshot but the lease held 1 GPUs: check the runRef"},
+         "detail": "run team/stale is not in the snapshot but the lease held 1 GPU: check the runRef"},
     ]
 
 

@@ -58,7 +58,7 @@ def test_breakdowns_add_up_to_the_totals(history):
         assert sum(r.leases for r in report.rows) == report.total_leases
     for report in (by_owner, by_flavor, by_node, by_both):
         for row in report.rows:
-            assert 0 < row.peak_gpus
+            assert row.peak_gpus > 0
             assert row.gpu_hours <= row.peak_gpus * (min(until, AT) - since).total_seconds() / 3600 + 1e-6
 
 

@@ -50,8 +50,9 @@ def _end(lease: GPULease):
     return FOREVER
 
 
-def check(snapshot: Snapshot) -> list[tuple[str, str, str]]:
-    """(kind, lease or namespace, detail) for every problem found at any instant."""
+def check(snapshot: Snapshot) -> list[tuple[str, ...]]:
+    """(kind, lease or namespace, detail) for every problem found at any instant; a DoubleBooked finding
+    also names the other lease."""
     found: list[tuple[str, str, str]] = []
     nodes = snapshot.nodes_by_name
     runs = snapshot.runs_by_key
@@ -96,7 +97,7 @@ def check(snapshot: Snapshot) -> list[tuple[str, str, str]]:
             for other in active:
                 if other[2] & span[2]:
                     found.append(("DoubleBooked", span[3], f"{node} slots {sorted(other[2] & span[2])} also in "
-                                                           f"{other[3]}"))
+                                                           f"{other[3]}", other[3]))
             active.append(span)
 
     now = snapshot.taken_at or FOREVER  # the history ends at the snapshot time
@@ -152,17 +153,14 @@ def _over(leases: list[GPULease], limit: int) -> list[GPULease]:
     return over
 
 
-def unplanted(path: str) -> tuple[list[tuple[str, str, str]], list[dict]]:
+def unplanted(path: str) -> tuple[list[tuple[str, ...]], list[dict]]:
     """(findings the generator did not plant, planted findings that were not found) for a generated file."""
     with open(f"{path}.meta.json") as handle:
         planted = json.load(handle)["planted"]
-    expected = set()
-    for plant in planted:
-        expected.add((plant["kind"], plant["lease"] or plant["namespace"]))
-        if plant.get("also"):
-            expected.add((plant["kind"], plant["also"]))
+    expected = {(p["kind"], p["lease"] or p["namespace"], p.get("also", "")) for p in planted}
+    expected |= {(kind, also, lease) for kind, lease, also in expected if also}  # a collision has two sides
     found = check(load_snapshot([path]))
-    extra = [f for f in found if (f[0], f[1]) not in expected]
+    extra = [f for f in found if (f[0], f[1], f[3] if len(f) > 3 else "") not in expected]
     seen = {(f[0], f[1]) for f in found}
     missing = [p for p in planted if (p["kind"], p["lease"] or p["namespace"]) not in seen]
     return extra, missing
@@ -173,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for path in paths:
         extra, missing = unplanted(path)
-        for kind, lease, detail in extra:
+        for kind, lease, detail, *_ in extra:
             print(f"{path}: unplanted {kind} {lease}: {detail}")
         for plant in missing:
             print(f"{path}: planted {plant['kind']} {plant['lease'] or plant['namespace']} was not found")

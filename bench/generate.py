@@ -957,12 +957,15 @@ class FleetGenerator:
                                  "namespace": namespace or (lease.namespace if lease else ""), "also": also})
 
         # DoubleBooked: a second open lease on the slots of a node that an open lease already holds.
+        # It starts after the lease it collides with, so that it collides with that one lease only.
         held = next(lease for lease in self.leases
-                    if lease.end is None and lease.idx is None and self.domain_of[lease.nodes[0]].mixed)
+                    if lease.end is None and lease.idx is None and self.domain_of[lease.nodes[0]].mixed
+                    and lease.start < SNAPSHOT_AT - HOUR)
         domain = self.domain_of[held.nodes[0]]
         who = next(o for o in self.owners if o.name != held.owner)
-        run = planted_run(who, "dup", domain, 8, SNAPSHOT_AT - 90 * MINUTE)
-        lease = Lease(run, f"{run.name}-g0", 0, held.nodes[:1], SNAPSHOT_AT - 90 * MINUTE, None,
+        begin = max(held.start + 10 * MINUTE, SNAPSHOT_AT - 90 * MINUTE)
+        run = planted_run(who, "dup", domain, 8, begin)
+        lease = Lease(run, f"{run.name}-g0", 0, held.nodes[:1], begin, None,
                       who.budget.current[(domain.region, domain.flavor)])
         self._charge_planted(lease)
         record("DoubleBooked", lease, also=held.key)

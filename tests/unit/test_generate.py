@@ -105,6 +105,9 @@ def test_leases_audit_over_the_whole_history_finds_one_of_each_kind(fleet, capsy
     assert sorted(f["kind"] for f in doc["findings"]) == sorted(ALL_KINDS)
     for finding in doc["findings"]:
         assert finding["lease"] in planted[finding["kind"]], finding
+    collision = next(f for f in doc["findings"] if f["kind"] == "DoubleBooked")
+    other = (planted["DoubleBooked"] - {collision["lease"]}).pop()
+    assert other in collision["detail"]  # the two planted leases collide with each other only
 
 
 def test_seeds_verify_holds_for_every_recorded_activation(fleet, capsys):

@@ -18,6 +18,7 @@ is exercised.
 
     .venv/bin/python bench/bench_audit.py                 # 1,000,000 leases, default window and all history
     .venv/bin/python bench/bench_audit.py --leases 200000 --repeat 3
+    .venv/bin/python bench/bench_audit.py --generator own   # the simpler history generated in this file
 """
 
 from __future__ import annotations
@@ -295,10 +296,21 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "kubectl-runs-bench"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--by", default="owner", help="comma-separated --by dimensions (default owner)")
+    parser.add_argument("--generator", choices=("project", "own"), default="project",
+                        help="project: the shared fleet generator bench/generate.py (4,096 nodes, 2,000 envelopes, "
+                        "one planted finding of each kind); own: the simpler history generated in this file")
     args = parser.parse_args()
 
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"history-{args.leases}-{args.seed}.json")
+    path = os.path.join(args.out, f"history-{args.generator}-{args.leases}-{args.seed}.json")
+    if args.generator == "project" and not os.path.exists(path):
+        sys.path.insert(0, ROOT)
+        from bench.generate import generate as generate_fleet
+
+        t = time.perf_counter()
+        generate_fleet(path, nodes=max(64, args.leases * 4096 // 1_000_000), envelopes=2000 if args.leases >= 100_000
+                       else 64, leases=args.leases, seed=args.seed)
+        print(f"generated {path} with bench/generate.py in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     if not os.path.exists(path):
         import msgspec
 

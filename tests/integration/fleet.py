@@ -59,7 +59,7 @@ def ensure_namespaces(cp, namespaces: Iterable[str]) -> None:
             raise RuntimeError(f"create namespace {ns}: {status} {body}")
 
 
-def upload(cp, objects: list[dict], threads: int = 8) -> None:
+def upload(cp, objects: list[dict], threads: int = 16) -> None:
     """Create every object (namespaces first) and then write each status; raises on any failure."""
     objects = [o for o in objects if o.get("kind") in ("Node", *PLURALS)]
     ensure_namespaces(cp, (o["metadata"].get("namespace", "default") for o in objects if o["kind"] != "Node"))

@@ -28,6 +28,10 @@ FORMATS = {
 OBJECT_FORMATS = (TABLE, WIDE, JSON, YAML)
 REPORT_FORMATS = (TABLE, WIDE, JSON, YAML, CSV)
 
+TABLE_WIDTH = 100  # default-mode tables fit this many columns (DESIGN.md)
+COLUMN_GAP = 2  # tabulate's "plain" format puts two spaces between columns
+MIN_PROSE_WIDTH = 30
+
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # C0 and C1 controls: newlines, ESC, CSI
 
 
@@ -50,6 +54,7 @@ class Column:
     show: Callable[[Any], Any] | None = None
     wide: bool = False  # only with -o wide (and in CSV)
     align: str | None = None
+    prose: bool = False  # sentences: wrapped onto continuation rows so default tables fit TABLE_WIDTH
 
 
 @dataclass
@@ -68,6 +73,18 @@ class Document:
     sections: Sequence[Section] = ()
     empty: str | None = None  # said on stderr when there are no rows (kubectl's "No resources found")
     notes: list[str] = field(default_factory=list)  # warnings for stderr
+
+
+FINDING_COLUMNS = (
+    Column("KIND", lambda f: f.kind),
+    Column("LEASE", lambda f: f.lease),
+    Column("DETAIL", lambda f: f.detail, prose=True),
+)
+
+
+def findings_section(findings: Sequence[Any]) -> Section:
+    """The findings of any report (engine/findings.Finding), one table shape everywhere."""
+    return Section("Findings", findings, FINDING_COLUMNS)
 
 
 def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: bool = False) -> None:
@@ -115,6 +132,8 @@ def table(rows: Sequence[Any], columns: Sequence[Column], *, wide: bool, no_head
 
     chosen = [c for c in columns if wide or not c.wide]
     body = [[clean(_shown(c, row)) for c in chosen] for row in rows]
+    if not wide:
+        body = _wrap_prose(body, chosen, no_headers)
     aligns = [c.align or ("right" if _numeric(body, i) else "left") for i, c in enumerate(chosen)]
     if not no_headers:
         # The header is the first row rather than tabulate's ``headers``, which pads every header by 2 more
@@ -122,6 +141,27 @@ def table(rows: Sequence[Any], columns: Sequence[Column], *, wide: bool, no_head
         body.insert(0, [c.header for c in chosen])
     text = tabulate(body, tablefmt="plain", colalign=aligns, disable_numparse=True)
     return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def _wrap_prose(body: list[list[str]], chosen: Sequence[Column], no_headers: bool) -> list[list[str]]:
+    """Wrap the last prose column so the table fits TABLE_WIDTH; other cells of a continuation row stay blank.
+    With -o wide (and in CSV/JSON) prose stays on one line."""
+    index = next((i for i in range(len(chosen) - 1, -1, -1) if chosen[i].prose), None)
+    if index is None:
+        return body
+    import textwrap
+
+    def width(i: int) -> int:
+        return max([0 if no_headers else len(chosen[i].header)] + [len(row[i]) for row in body])
+
+    used = sum(width(i) + COLUMN_GAP for i in range(len(chosen)) if i != index)
+    room = max(MIN_PROSE_WIDTH, TABLE_WIDTH - used)
+    out: list[list[str]] = []
+    for row in body:
+        lines = textwrap.wrap(row[index], room, break_on_hyphens=False) or [""]
+        out.append([*row[:index], lines[0], *row[index + 1:]])
+        out.extend([*([""] * index), line, *([""] * (len(row) - index - 1))] for line in lines[1:])
+    return out
 
 
 def _numeric(body: list[list[str]], index: int) -> bool:

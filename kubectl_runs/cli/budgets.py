@@ -5,14 +5,8 @@ from __future__ import annotations
 import click
 
 from ..engine.usage import UsageReport, budget_usage
-from ..render import REPORT_FORMATS, Column, Document, Section, gpu_hours, when
+from ..render import REPORT_FORMATS, Column, Document, Section, findings_section, gpu_hours, when
 from .options import GlobalOptions, global_options
-
-FINDING_COLUMNS = (
-    Column("KIND", lambda f: f.kind),
-    Column("LEASE", lambda f: f.lease),
-    Column("DETAIL", lambda f: f.detail),
-)
 
 
 @click.group("budgets")
@@ -90,7 +84,7 @@ def usage_document(report: UsageReport, namespace: str | None) -> Document:
             Column("HEADROOM", lambda a: a.headroom),
         ),
     )
-    findings = Section("Findings", report.findings, FINDING_COLUMNS)
+    findings = findings_section(report.findings)
     where = f" in {namespace} namespace" if namespace else ""
     return Document(
         data=report.to_json(),

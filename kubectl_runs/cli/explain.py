@@ -10,11 +10,11 @@ import click
 
 from ..engine.lottery import RunDraw, run_draws
 from ..engine.plan import Explanation, explain_run
-from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section, ago, when
+from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section, ago, when
 from ..timeutil import parse_time
 from .completion import complete_runs
 from .options import GlobalOptions, global_options
-from .plan import TABLE_WIDTH, find_run, forecast_lines, plan_sections, when_text, wrapped
+from .plan import find_run, forecast_lines, plan_sections, when_text, wrapped
 
 RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
 
@@ -65,8 +65,8 @@ def explain_document(info: Explanation, fmt: str, draws: Sequence[RunDraw] = ())
     return Document(
         data=data,
         summary=header_lines(info, wrap=wrap),
-        sections=[*plan_sections(info.plan, wrap=wrap)[:2], leases_section(info), preemptions_section(info, by_key),
-                  *events_sections(info, wrap=wrap)],
+        sections=[*plan_sections(info.plan)[:2], leases_section(info), preemptions_section(info, by_key),
+                  *events_sections(info)],
     )
 
 
@@ -208,7 +208,7 @@ def _verified(p) -> str:
     return "verified" if p.verified else "DIFFERS (seeds verify)"
 
 
-def events_sections(info: Explanation, *, wrap: bool) -> list[Section]:
+def events_sections(info: Explanation) -> list[Section]:
     if info.events is None:
         return []
     at = info.at
@@ -222,7 +222,6 @@ def events_sections(info: Explanation, *, wrap: bool) -> list[Section]:
         ),
         "MESSAGE",
         lambda e: e.get("message", ""),
-        wrap=wrap,
     )
     return [Section("Events", rows, columns)]
 

@@ -9,18 +9,11 @@ import click
 
 from ..engine.audit import DIMENSIONS, AuditReport, AuditRow, audit
 from ..errors import ExitCode, UsageError
-from ..render import REPORT_FORMATS, Column, Document, Section, gpu_hours
+from ..render import REPORT_FORMATS, Column, Document, findings_section, gpu_hours
 from ..timeutil import parse_time, rfc3339
 from .options import GlobalOptions, global_options
 
 DEFAULT_SPAN = timedelta(days=30)
-
-FINDING_COLUMNS = (
-    Column("KIND", lambda f: f.kind),
-    Column("LEASE", lambda f: f.lease),
-    Column("DETAIL", lambda f: f.detail),
-)
-
 
 @click.group("leases")
 @global_options
@@ -106,7 +99,7 @@ def audit_document(report: AuditReport, namespace: str | None) -> Document:
         rows=report.rows,
         columns=columns,
         summary=summary if report.rows or report.findings else (),
-        sections=(Section("Findings", report.findings, FINDING_COLUMNS),),
+        sections=(findings_section(report.findings),),
         empty=f"No leases found{where} between {rfc3339(report.since)} and {rfc3339(report.until)}.",
     )
     doc.notes.extend(report.notes)

@@ -14,11 +14,9 @@ from ..engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED
 from ..engine.plan import Plan, plan_run
 from ..errors import UserError
 from ..model import Run, Snapshot
-from ..render import OBJECT_FORMATS, TABLE, Column, Document, Section
+from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section
 from .completion import complete_runs
 from .options import GlobalOptions, global_options
-
-TABLE_WIDTH = 100  # default-mode tables fit this many columns (DESIGN.md)
 
 
 @click.command("plan")
@@ -64,13 +62,13 @@ def plan_document(result: Plan, fmt: str) -> Document:
     wrap = fmt == TABLE
     lines = [result.headline(), *forecast_lines(result)]
     rows, columns = wrapped(figures(result), (("", lambda f: f.name), ("GPUS", lambda f: f"{f.gpus:,}")), "DETAIL",
-                            lambda f: f.detail, wrap=wrap)
+                            lambda f: f.detail)
     return Document(
         data=result.to_json(),
         rows=rows,
         columns=columns,
         summary=[part for line in lines for part in (_wrap(line) if wrap else [line])],
-        sections=plan_sections(result, wrap=wrap),
+        sections=plan_sections(result),
     )
 
 
@@ -156,9 +154,9 @@ def span(delta: Any) -> str:
     return humanize.precisedelta(delta, minimum_unit="minutes", format="%0.0f")
 
 
-def plan_sections(result: Plan, *, wrap: bool) -> list[Section]:
+def plan_sections(result: Plan) -> list[Section]:
     reasons = wrapped(
-        result.reasons, (("CODE", lambda r: r.code),), "MESSAGE", lambda r: r.message, wrap=wrap,
+        result.reasons, (("CODE", lambda r: r.code),), "MESSAGE", lambda r: r.message,
     )
     remedies = wrapped(
         list(enumerate(result.remedies, start=1)),
@@ -169,7 +167,6 @@ def plan_sections(result: Plan, *, wrap: bool) -> list[Section]:
         ),
         "MESSAGE",
         lambda item: item[1].message,
-        wrap=wrap,
         wide=(("TARGET", lambda item: item[1].target),),
     )
     shown = [d for d in result.capacity.domains if d.free] or list(result.capacity.domains)
@@ -208,29 +205,14 @@ def wrapped(
     text_header: str,
     text: Callable[[Any], str],
     *,
-    wrap: bool,
     wide: Sequence[tuple[str, Callable[[Any], Any]]] = (),
-) -> tuple[list[tuple], list[Column]]:
-    """Rows for a table whose last column is prose: in default mode the prose is wrapped onto continuation
-    rows so that the table fits TABLE_WIDTH columns; with -o wide it stays on one line. ``wide`` columns (before
-    the prose) show only with -o wide."""
-    heads = [name for name, _ in fixed] + [name for name, _ in wide]
-    rows: list[tuple] = []
-    cells = [tuple(str(get(item)) for _, get in fixed) + tuple(str(get(item)) for _, get in wide) for item in items]
-    used = sum(max([len(h)] + [len(c[i]) for c in cells]) + 2 for i, h in enumerate(heads[: len(fixed)]))
-    room = max(30, TABLE_WIDTH - used)
-    for item, cell in zip(items, cells, strict=True):
-        lines = textwrap.wrap(text(item), room, break_on_hyphens=False) if wrap else [text(item)]
-        for index, line in enumerate(lines or [""]):
-            rows.append((cell if index == 0 else ("",) * len(cell)) + (line,))
-    columns = [Column(name, _at(i)) for i, name in enumerate(heads[: len(fixed)])]
-    columns += [Column(name, _at(len(fixed) + i), wide=True) for i, (name, _) in enumerate(wide)]
-    columns.append(Column(text_header, _at(len(heads)), align="left"))
-    return rows, columns
-
-
-def _at(index: int) -> Callable[[tuple], Any]:
-    return lambda row: row[index]
+) -> tuple[list[Any], list[Column]]:
+    """Rows and columns for a table whose last column is prose, which the renderer wraps in default mode so the
+    table fits 100 columns (one line with -o wide). ``wide`` columns (before the prose) show only with -o wide."""
+    columns = [Column(name, get) for name, get in fixed]
+    columns += [Column(name, get, wide=True) for name, get in wide]
+    columns.append(Column(text_header, text, align="left", prose=True))
+    return list(items), columns
 
 
 def when_text(then: datetime | None, at: datetime) -> str:

@@ -41,7 +41,19 @@ FLEET = (
           start=at(hours=27), ended=at(hours=29)),
 )
 
+# default tables wrap the DETAIL prose to fit 100 columns; -o wide keeps each finding on one line
 FINDINGS = """\
+Findings:
+KIND          LEASE         DETAIL
+UnknownRun    ext/ext-g0    run ext/ext is not in the snapshot but the lease held 1 GPU: check the
+                            runRef
+ACLViolation  ext/ext-g0    at 2025-11-02T03:00:00Z: owner ext:partner is not family of org:team and
+                            team/b envelope west does not lend: 1 GPUs unfunded
+Overdraft     team/eval-g0  at 2025-11-02T02:00:00Z: team/b envelope west funds 8 GPUs at once: 2 of
+                            its 2 GPUs are unfunded
+"""
+
+FINDINGS_WIDE = """\
 Findings:
 KIND          LEASE         DETAIL
 UnknownRun    ext/ext-g0    run ext/ext is not in the snapshot but the lease held 1 GPU: check the runRef
@@ -65,7 +77,7 @@ OWNER        GPU-HOURS  SHARE  AVG-GPUS  LEASES  PEAK-GPUS
 org:team          92.0  97.9%       3.8       2         10
 ext:partner        2.0   2.1%       0.1       1          1
 
-""" + FINDINGS
+""" + FINDINGS_WIDE
 
 CSV = """\
 OWNER,GPU-HOURS,SHARE,AVG-GPUS,LEASES,PEAK-GPUS

@@ -224,3 +224,19 @@ def test_csv_writes_booleans_as_json_does():
     doc = Document(data={}, rows=[True, False], columns=(Column("ACTIVE", lambda r: r),))
     out, _ = _render(doc, CSV)
     assert out == "ACTIVE\ntrue\nfalse\n"
+
+
+def test_prose_column_wraps_to_fit_100_columns_and_stays_whole_when_wide():
+    """A 150-character sentence after a 10-wide column: default tables wrap it onto continuation rows
+    (every line ≤ 100 columns, the other cells blank), -o wide keeps it on one line."""
+    from kubectl_runs.render import Column, table
+
+    sentence = " ".join(["word"] * 30)  # 149 characters
+    columns = (Column("KIND", lambda r: r[0]), Column("DETAIL", lambda r: r[1], prose=True))
+    narrow = table([("Overdraft", sentence)], columns, wide=False).splitlines()
+    assert max(len(line) for line in narrow) <= 100
+    assert len(narrow) == 3  # header, first line, one continuation
+    assert narrow[2].startswith(" " * len("Overdraft  ")) and narrow[2].strip().startswith("word")
+    assert " ".join(line[len("Overdraft  "):].strip() for line in narrow[1:]) == sentence
+    wide = table([("Overdraft", sentence)], columns, wide=True).splitlines()
+    assert wide[1] == f"Overdraft  {sentence}"

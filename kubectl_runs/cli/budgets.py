@@ -6,6 +6,7 @@ import click
 
 from ..engine.usage import UsageReport, budget_usage
 from ..render import REPORT_FORMATS, Column, Document, Section, findings_section, gpu_hours, when
+from ..text import counted
 from .options import GlobalOptions, global_options
 
 
@@ -47,8 +48,8 @@ def usage_document(report: UsageReport, namespace: str | None) -> Document:
     used = sum(e.used for e in rows)
     concurrency = sum(e.envelope.concurrency for e in rows if e.window_active)
     summary = [  # two short lines, so that the summary fits 100 columns like the table
-        f"Budgets at {at:%Y-%m-%d %H:%M}Z: {_count(len(rows), 'envelope')}"
-        + (f", {_count(len(report.findings), 'finding')}" if report.findings else ""),
+        f"Budgets at {at:%Y-%m-%d %H:%M}Z: {counted(len(rows), 'envelope')}"
+        + (f", {counted(len(report.findings), 'finding')}" if report.findings else ""),
         f"GPUs in open windows: {used:,} of {concurrency:,} used, {sum(e.headroom for e in rows):,} headroom; "
         f"{sum(e.unfunded for e in rows):,} unfunded",
     ]
@@ -103,10 +104,6 @@ def _window(usage, at) -> str:
     if envelope.start > at:
         return f"opens {when(envelope.start, at)}"
     return f"closed {when(envelope.end, at)}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _round(value: float | None) -> float | None:

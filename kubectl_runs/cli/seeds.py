@@ -7,6 +7,7 @@ import click
 from ..engine.lottery import Verification, is_activated, verify, verify_all
 from ..errors import ExitCode, UserError
 from ..render import OBJECT_FORMATS, Column, Document, Section, when
+from ..text import counted
 from .completion import complete_reservations
 from .options import GlobalOptions, global_options
 
@@ -87,5 +88,4 @@ def verify_document(checks: list[Verification], at, namespace: str | None) -> Do
 def _result(check: Verification) -> str:
     if check.verified:
         return "verified"
-    count = len(check.differences)
-    return f"{count} difference" + ("" if count == 1 else "s")
+    return counted(len(check.differences), "difference")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..model import Budget, Envelope, GPULease, Snapshot
+from ..text import counted
 from ..timeutil import rfc3339
 from . import findings as fk
 from .findings import Finding
@@ -266,7 +267,7 @@ def _unknown_envelope(lease: GPULease, key: EnvelopeKey) -> Finding:
         fk.UNKNOWN_ENVELOPE,
         lease.key,
         f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
-        f"{len(lease.spec.slice.slots)} GPUs are unfunded",
+        f"{counted(len(lease.spec.slice.slots), 'GPU')} {_are(len(lease.spec.slice.slots))} unfunded",
         namespace=lease.metadata.namespace,
     )
 
@@ -294,7 +295,7 @@ def _fund(
                     fk.OVERDRAFT,
                     lease.key,
                     f"charged to {label} outside its window "
-                    f"[{rfc3339(envelope.start)}, {rfc3339(envelope.end)}): {gpus} GPUs unfunded",
+                    f"[{rfc3339(envelope.start)}, {rfc3339(envelope.end)}): {counted(gpus, 'GPU')} unfunded",
                     envelope=usage.key,
                 )
             )
@@ -314,7 +315,7 @@ def _fund(
                         fk.ACL_VIOLATION,
                         lease.key,
                         f"owner {lease.spec.owner} is not family of {env_owner} and {label} {why}: "
-                        f"{gpus} GPUs unfunded",
+                        f"{counted(gpus, 'GPU')} unfunded",
                         envelope=usage.key,
                     )
                 )
@@ -334,7 +335,7 @@ def _fund(
                 Finding(
                     fk.OVERDRAFT,
                     lease.key,
-                    f"{limit_reason}: {charge.unfunded} of its {gpus} GPUs are unfunded",
+                    f"{limit_reason}: {charge.unfunded} of its {counted(gpus, 'GPU')} {_are(charge.unfunded)} unfunded",
                     envelope=usage.key,
                 )
             )
@@ -372,7 +373,7 @@ def _apply_caps(
                             fk.OVERDRAFT,
                             charge.lease.key,
                             f"aggregate cap {ns}/{name} {cap.name} allows {cap.max_concurrency} GPUs at once: "
-                            f"{funded - allowed} of its GPUs are unfunded",
+                            f"{funded - allowed} of its GPUs {_are(funded - allowed)} unfunded",
                             envelope=charge.envelope,
                         )
                     )
@@ -385,3 +386,6 @@ def _apply_caps(
             )
     return aggregates
 
+
+def _are(count: int) -> str:
+    return "is" if count == 1 else "are"

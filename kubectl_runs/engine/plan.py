@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from ..model import GPULease, Reservation, Run, Scope, Snapshot
+from ..text import counted
 from ..timeutil import rfc3339
 from .accounting import BORROWED, OWNED, SHARED, UNFUNDED, EnvelopeKey, LeaseCharge, Ledger, ledger
 from .forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Forecast, forecast, releases
@@ -553,14 +554,10 @@ def _remedies(
         target = reservation.key if reservation is not None else run.key
         by = f"when reservation {reservation.key} activates" if reservation is not None else "when a reservation for it activates"
         out.append(Remedy(LOTTERY, target, gpus,
-                          f"{by}, a seeded lottery over {_groups(len(gentle.conflict))} in scope frees the remaining "
+                          f"{by}, a seeded lottery over {counted(len(gentle.conflict), 'group')} in scope frees the remaining "
                           f"{gpus} (unfunded first, then borrowed, shared, owned)"))
     return out
 
-
-
-def _groups(count: int) -> str:
-    return f"{count} group{'' if count == 1 else 's'}"
 
 
 # --- explain: everything about one run --------------------------------------------------------------------------

@@ -48,7 +48,7 @@ KIND          LEASE         DETAIL
 UnknownRun    ext/ext-g0    run ext/ext is not in the snapshot but the lease held 1 GPU: check the
                             runRef
 ACLViolation  ext/ext-g0    at 2025-11-02T03:00:00Z: owner ext:partner is not family of org:team and
-                            team/b envelope west does not lend: 1 GPUs unfunded
+                            team/b envelope west does not lend: 1 GPU unfunded
 Overdraft     team/eval-g0  at 2025-11-02T02:00:00Z: team/b envelope west funds 8 GPUs at once: 2 of
                             its 2 GPUs are unfunded
 """
@@ -57,7 +57,7 @@ FINDINGS_WIDE = """\
 Findings:
 KIND          LEASE         DETAIL
 UnknownRun    ext/ext-g0    run ext/ext is not in the snapshot but the lease held 1 GPU: check the runRef
-ACLViolation  ext/ext-g0    at 2025-11-02T03:00:00Z: owner ext:partner is not family of org:team and team/b envelope west does not lend: 1 GPUs unfunded
+ACLViolation  ext/ext-g0    at 2025-11-02T03:00:00Z: owner ext:partner is not family of org:team and team/b envelope west does not lend: 1 GPU unfunded
 Overdraft     team/eval-g0  at 2025-11-02T02:00:00Z: team/b envelope west funds 8 GPUs at once: 2 of its 2 GPUs are unfunded
 """
 
@@ -98,7 +98,7 @@ JSON = {
          "detail": "run ext/ext is not in the snapshot but the lease held 1 GPU: check the runRef"},
         {"kind": "ACLViolation", "lease": "ext/ext-g0",
          "detail": "at 2025-11-02T03:00:00Z: owner ext:partner is not family of org:team and team/b envelope west "
-         "does not lend: 1 GPUs unfunded"},
+         "does not lend: 1 GPU unfunded"},
         {"kind": "Overdraft", "lease": "team/eval-g0",
          "detail": "at 2025-11-02T02:00:00Z: team/b envelope west funds 8 GPUs at once: 2 of its 2 GPUs are "
          "unfunded"},

@@ -54,9 +54,9 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
     if len(set(dimensions)) != len(dimensions):
         raise UsageError(f"--by: each dimension at most once (got {', '.join(dimensions)})")
     namespace = opts.report_namespace()
-    # From snapshots, read every namespace and narrow the report afterwards: an envelope in another namespace
-    # (a lender) is then still known to the ledger.
-    snapshot = opts.load(None if opts.snapshots else namespace)
+    # Read every namespace and narrow the report afterwards: an envelope in another namespace (a lender) is then
+    # still known to the ledger, live as from a snapshot.
+    snapshot = opts.load(None)
     at = opts.evaluation_time(snapshot)
     end = _time(until, at, "--until") if until else at
     start = _time(since, at, "--since") if since else end - DEFAULT_SPAN

@@ -63,6 +63,7 @@ class GlobalOptions:
             request_timeout=self.timeout_seconds(),
             namespace=namespace,
             chunk_size=self.chunk_size,
+            fallback_namespace=None if self.snapshots else self.object_namespace(),
         )
 
     def timeout_seconds(self) -> float | None:

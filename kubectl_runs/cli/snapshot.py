@@ -41,7 +41,9 @@ def save(ctx: click.Context, path: str | None) -> None:
     if source.live:
         from ..sources.cluster import save_cluster
 
-        document = save_cluster(source, rfc3339(opts.evaluation_time()))
+        document, notes = save_cluster(source, rfc3339(opts.evaluation_time()))
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
     else:
         loaded = opts.load(opts.report_namespace())
         document = _normalized(loaded, rfc3339(opts.evaluation_time(loaded)))

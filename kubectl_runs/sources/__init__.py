@@ -21,6 +21,7 @@ class Source:
     request_timeout: float | None = None
     namespace: str | None = None  # list only this namespace; None = every namespace
     chunk_size: int | None = None  # objects per list page (kubectl's --chunk-size)
+    fallback_namespace: str | None = None  # read this namespace alone when listing every namespace is forbidden
 
     @property
     def live(self) -> bool:

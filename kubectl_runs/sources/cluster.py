@@ -60,6 +60,14 @@ EVENTS = Resource("Event", "events", "v1", namespaced=True)
 class ClusterError(UserError):
     """The cluster refused or could not answer; the message is one line."""
 
+    forbidden = False
+
+
+class Forbidden(ClusterError):
+    """403: RBAC refused a request (the message names the verb, the resource and the user)."""
+
+    forbidden = True
+
 
 class _ListMeta(msgspec.Struct, frozen=True, gc=False):
     continue_: str = msgspec.field(default="", name="continue")
@@ -152,7 +160,7 @@ class Cluster:
                 f"(check the user of your kubeconfig context): {message or 'Unauthorized'}"
             )
         if status == 403:
-            return ClusterError(f"forbidden: {message or f'GET {path}'}")
+            return Forbidden(f"forbidden: {message or f'GET {path}'}")
         if status == 404 and f"/apis/{CRD_API}" in path:
             return ClusterError(
                 f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
@@ -238,7 +246,7 @@ def load_cluster(source: Source) -> Snapshot:
     with gc_paused():
         for resource in RESOURCES:
             decoder = _items_decoder(resource.kind)
-            for body in cluster.pages(resource, source.namespace):
+            for body in _readable_pages(cluster, resource, source, collector.notes):
                 try:
                     page = decoder.decode(body)
                 except msgspec.ValidationError as exc:
@@ -247,20 +255,36 @@ def load_cluster(source: Source) -> Snapshot:
         return collector.snapshot()
 
 
-def save_cluster(source: Source, taken_at: str) -> dict:
+def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
     """The objects as the server returned them (minus managedFields), as one JSON ``List`` stamped with
-    ``jobtree.dev/snapshot-time``."""
+    ``jobtree.dev/snapshot-time``, and notes on what could not be read."""
     cluster = Cluster(source)
     items: list[dict] = []
+    notes: list[str] = []
     with gc_paused():
         for resource in RESOURCES:
-            for body in cluster.pages(resource, source.namespace):
+            for body in _readable_pages(cluster, resource, source, notes):
                 for item in msgspec.json.decode(body).get("items") or []:
                     item.setdefault("apiVersion", resource.api_version)
                     item.setdefault("kind", resource.kind)
                     item.get("metadata", {}).pop("managedFields", None)
                     items.append(item)
-    return snapshot_document(items, taken_at)
+    return snapshot_document(items, taken_at), notes
+
+
+def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
+    """The pages of a list over every namespace; when RBAC refuses the cluster-wide list of a namespaced kind,
+    the pages of ``source.fallback_namespace`` instead, with a note saying what could not be read (reports
+    cover the namespaces the user may read). Nodes are cluster-scoped: refusing them stays an error."""
+    try:
+        return list(cluster.pages(resource, source.namespace))
+    except Forbidden as refused:
+        fallback = source.fallback_namespace
+        if not resource.namespaced or source.namespace is not None or not fallback:
+            raise
+        pages = list(cluster.pages(resource, fallback))
+        notes.append(f"{refused.message}; reading {resource.qualified} of namespace {fallback} only")
+        return pages
 
 
 def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controlplane import ControlPlane, skip_reason  # noqa: E402
+from controlplane import DEFAULT_USERS, ControlPlane, skip_reason  # noqa: E402
 from fleet import read_objects, upload  # noqa: E402
 
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
@@ -43,7 +43,8 @@ def controlplane():
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    with ControlPlane() as cp:
+    # "team" may read the jobtree.dev kinds of namespace rai-sys only (and nodes): a namespace-bound user.
+    with ControlPlane(users={**DEFAULT_USERS, "team": ()}) as cp:
         yield cp
 
 
@@ -64,4 +65,8 @@ def cluster(controlplane, before_crds):
     cp.kubectl("create", "clusterrolebinding", "reader-reads-runs", "--clusterrole=kubectl-runs-reader",
                "--user=reader")
     upload(cp, read_objects(EXAMPLE))
+    cp.kubectl("create", "rolebinding", "team-reads-runs", "-n", "rai-sys", "--clusterrole=kubectl-runs-reader",
+               "--user=team")
+    cp.kubectl("create", "clusterrole", "node-reader", "--verb=get,list,watch", "--resource=nodes")
+    cp.kubectl("create", "clusterrolebinding", "team-reads-nodes", "--clusterrole=node-reader", "--user=team")
     return cp

@@ -250,3 +250,20 @@ def test_explain_live_shows_the_runs_events(cluster):
     assert [(e["reason"], e["message"], e["count"]) for e in events] == [("WaitingForCapacity", "short by 32 GPUs", 3)]
     table = run_plugin("explain", "pretrain-32", "-n", "rai-sys", "--at", AT, kubeconfig=cluster.admin_kubeconfig)
     assert "WaitingForCapacity" in table.stdout
+
+
+def test_namespace_bound_user_reads_the_namespaces_it_may(cluster):
+    """A user with a RoleBinding in rai-sys only (and node access): the report covers rai-sys, and says on
+    stderr which cluster-wide lists were refused, instead of failing."""
+    deadline = time.monotonic() + 30
+    while cluster.request("GET", "/apis/jobtree.dev/v1alpha1/namespaces/rai-sys/budgets", user="team")[0] != 200:
+        assert time.monotonic() < deadline, "the team binding never took effect"
+        time.sleep(0.2)
+    done = run_plugin("budgets", "usage", "-n", "rai-sys", "-o", "json", "--at", AT,
+                      kubeconfig=cluster.kubeconfig_for("team"))
+    assert done.returncode == 0, done.stderr
+    assert {e["namespace"] for e in json.loads(done.stdout)["envelopes"]} == {"rai-sys"}
+    notes = done.stderr.strip().splitlines()
+    assert len(notes) == 4  # budgets, runs, reservations, gpuleases
+    assert all(n.startswith('note: forbidden: ') and 'User "team" cannot list resource' in n for n in notes)
+    assert notes[0].endswith("reading budgets.jobtree.dev of namespace rai-sys only")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # times users give; room left on both sides for arithmetic
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -17,7 +19,13 @@ def parse_time(text: str, *, now: datetime | None = None, flag: str = "--at") ->
         return now
     match = _RELATIVE.match(value)
     if match and now is not None:
-        return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+        try:
+            back = now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+        except OverflowError:
+            back = EARLIEST - timedelta(days=1)
+        if back < EARLIEST:
+            raise ValueError(f"{flag}: {text!r} reaches back before 1970")
+        return back
     try:
         parsed = datetime.fromisoformat(value.replace("z", "Z"))
     except ValueError:
@@ -27,7 +35,13 @@ def parse_time(text: str, *, now: datetime | None = None, flag: str = "--at") ->
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:
+        parsed = None
+    if parsed is None or not EARLIEST <= parsed <= LATEST:
+        raise ValueError(f"{flag}: {text!r} is out of range: use a time between 1970 and 9000")
+    return parsed
 
 
 def rfc3339(at: datetime | None) -> str | None:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import click
 
 from ..engine.audit import DIMENSIONS, AuditReport, AuditRow, audit
-from ..errors import ExitCode, UsageError
+from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS, Column, Document, findings_section, gpu_hours
 from ..timeutil import parse_time, rfc3339
 from .options import GlobalOptions, global_options
@@ -61,7 +61,7 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
     end = _time(until, at, "--until") if until else at
     start = _time(since, at, "--since") if since else end - DEFAULT_SPAN
     if start >= end:
-        raise UsageError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
+        raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
     report = audit(snapshot, at, since=start, until=end, by=dimensions, namespace=namespace)
     opts.print(audit_document(report, namespace), fmt)
     if strict and report.findings:
@@ -73,7 +73,7 @@ def _time(text: str, at: datetime, flag: str) -> datetime:
     try:
         return parse_time(text, now=at, flag=flag)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def audit_document(report: AuditReport, namespace: str | None) -> Document:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UsageError, UserError
+from ..errors import UserError
 from ..timeutil import now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
@@ -72,7 +72,7 @@ class GlobalOptions:
             return None
         match = _DURATION.match(self.request_timeout.strip())
         if not match:
-            raise UsageError(
+            raise UserError(
                 f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
             )
         scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]

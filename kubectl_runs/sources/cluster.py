@@ -228,11 +228,21 @@ def _api_client(source: Source) -> Any:
                 f"no kubeconfig at {paths} and not running inside a cluster: "
                 "set KUBECONFIG or --kubeconfig, or read a file with --snapshot"
             )
+    except ClusterError:
+        raise
     except ConfigException as exc:
         raise ClusterError(f"kubeconfig: {_one_line(str(exc))}") from None
-    except (OSError, ValueError) as exc:
-        raise ClusterError(f"kubeconfig: {_one_line(str(exc))}") from None
+    except Exception as exc:  # a kubeconfig that is not YAML, or not shaped like one
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
+        raise ClusterError(f"kubeconfig {paths}: not a valid kubeconfig{where}: {_one_line(str(problem))}") from None
     configuration.retries = 1
+    import urllib3
+
+    # kubectl says nothing about insecure-skip-tls-verify on every request; neither do we (and a multi-line
+    # Python warning on stderr would break the one-line contract).
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return client.ApiClient(configuration)
 
 

@@ -198,18 +198,21 @@ def test_empty_window(capsys, fleet_file):
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        (("--since", "yesterday"), "error: --since: 'yesterday' is not a time: use RFC 3339 (2025-11-01T00:15:00Z), "
-         "a date, or a duration back from --at (7d, 24h)\n"),
-        (("--since", "2025-11-03", "--until", "2025-11-02"),
+        # a time that cannot be read is a bad value, exit 1 like --at (issue 2: bad input exits 1)
+        (("--since", "yesterday"), 1, "error: --since: 'yesterday' is not a time: use RFC 3339 "
+         "(2025-11-01T00:15:00Z), a date, or a duration back from --at (7d, 24h)\n"),
+        (("--since", "2025-11-03", "--until", "2025-11-02"), 1,
          "error: --since (2025-11-03T00:00:00Z) must be before --until (2025-11-02T00:00:00Z)\n"),
-        (("--by", "owner", "--by", "owner"), "error: --by: each dimension at most once (got owner, owner)\n"),
+        (("--since", "99999999d"), 1, "error: --since: '99999999d' reaches back before 1970\n"),
+        # flags used wrongly are bad usage, exit 2
+        (("--by", "owner", "--by", "owner"), 2, "error: --by: each dimension at most once (got owner, owner)\n"),
     ],
-    ids=["bad-time", "empty-window", "repeated-by"],
+    ids=["bad-time", "empty-window", "out-of-range", "repeated-by"],
 )
-def test_bad_usage_exits_2(capsys, fleet_file, args, message):
-    assert run_main(capsys, "leases", "audit", "--snapshot", fleet_file, "--at", AT, *args) == (2, "", message)
+def test_bad_flag_values(capsys, fleet_file, args, code, message):
+    assert run_main(capsys, "leases", "audit", "--snapshot", fleet_file, "--at", AT, *args) == (code, "", message)
 
 
 def test_unknown_dimension_is_a_click_usage_error(capsys, fleet_file):

@@ -94,3 +94,20 @@ def test_malformed_kubeconfig_is_one_line(tmp_path):
     config.write_text("apiVersion: v1\nkind: Config\ncontexts: []\ncurrent-context: nowhere\n")
     with pytest.raises(ClusterError, match=r"^kubeconfig: "):
         Cluster(Source(kubeconfig=str(config)))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("this: is: not: yaml: [", r"not a valid kubeconfig at line 1, column 9: mapping values are not allowed here$"),
+        ("- a\n", r"not a valid kubeconfig: TypeError: "),
+        ("clusters: 5\n", r"not a valid kubeconfig: TypeError: "),
+    ],
+    ids=["not-yaml", "a-list", "wrong-shape"],
+)
+def test_garbage_kubeconfig_is_one_line(tmp_path, text, expected):
+    config = tmp_path / "config"
+    config.write_text(text)
+    with pytest.raises(ClusterError, match=rf"^kubeconfig {config}: {expected}") as caught:
+        Cluster(Source(kubeconfig=str(config)))
+    assert "\n" not in str(caught.value)

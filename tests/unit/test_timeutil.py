@@ -79,3 +79,14 @@ def test_rfc3339(value, expected):
 
 def test_hours():
     assert hours(timedelta(minutes=90)) == 1.5
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "1969-12-31T00:00:00Z"])
+def test_times_out_of_range_are_refused(text):
+    with pytest.raises(ValueError, match=r"is out of range: use a time between 1970 and 9000$"):
+        parse_time(text)
+
+
+def test_relative_time_before_1970_is_refused():
+    with pytest.raises(ValueError, match=r"reaches back before 1970$"):
+        parse_time("99999999d", now=datetime(2025, 11, 20, tzinfo=UTC), flag="--since")

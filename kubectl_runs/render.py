@@ -32,7 +32,8 @@ TABLE_WIDTH = 100  # default-mode tables fit this many columns (DESIGN.md)
 COLUMN_GAP = 2  # tabulate's "plain" format puts two spaces between columns
 MIN_PROSE_WIDTH = 30
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # C0 and C1 controls: newlines, ESC, CSI
+# C0 and C1 controls (newlines, ESC, CSI) and the bidirectional overrides that can make a cell read backwards
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]+")
 
 
 def check_format(fmt: str, allowed: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ import click
 from ..engine.audit import DIMENSIONS, AuditReport, AuditRow, audit
 from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS, Column, Document, findings_section, gpu_hours
+from ..text import counted
 from ..timeutil import parse_time, rfc3339
 from .options import GlobalOptions, global_options
 
@@ -80,9 +81,9 @@ def audit_document(report: AuditReport, namespace: str | None) -> Document:
     total = report.total_gpu_hours
     span_hours = max((min(report.until, report.at) - report.since).total_seconds() / 3600.0, 0.0)
     summary = [
-        f"Leases {report.since:%Y-%m-%d %H:%M}Z to {report.until:%Y-%m-%d %H:%M}Z: {report.total_leases:,} leases, "
+        f"Leases {report.since:%Y-%m-%d %H:%M}Z to {report.until:%Y-%m-%d %H:%M}Z: {counted(report.total_leases, 'lease')}, "
         f"{gpu_hours(total)} GPU-hours"
-        + (f", {len(report.findings)} findings" if report.findings else ", no findings")
+        + (f", {counted(len(report.findings), 'finding')}" if report.findings else ", no findings")
     ]
     columns = [Column(dim.upper(), _key_part(position)) for position, dim in enumerate(report.by)]
     columns += [

@@ -72,8 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
         return done.exit_code
+    except click.UsageError as exc:
+        # kubectl's shape: the problem on one line, then where to read about the command.
+        message = exc.format_message().replace("\n", " ")
+        click.echo(f"error: {message[:1].lower()}{message[1:]}", err=True)
+        path = exc.ctx.command_path if exc.ctx is not None else PROG
+        click.echo(f"See '{path} --help' for usage.", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         return exc.exit_code
     except click.Abort:
         click.echo("Aborted!", err=True)

@@ -143,7 +143,7 @@ def _store(name: str, *, append: bool = False) -> Callable[[click.Context, click
 
 
 _GLOBAL_OPTIONS = (
-    click.option("--kubeconfig", metavar="PATH", type=click.Path(dir_okay=False), callback=_store("kubeconfig"), expose_value=False,
+    click.option("--kubeconfig", metavar="PATH", type=click.Path(readable=False), callback=_store("kubeconfig"), expose_value=False,
                  help="Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config)."),
     click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
                  help="The kubeconfig context to use."),
@@ -151,7 +151,7 @@ _GLOBAL_OPTIONS = (
                  help="The namespace: of the object for plan/explain/seeds verify; narrows reports."),
     click.option("-A", "--all-namespaces", is_flag=True, default=None, callback=_store("all_namespaces"),
                  expose_value=False, help="Reports over every namespace you may read (the default for reports)."),
-    click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, type=click.Path(allow_dash=True), callback=_store("snapshots", append=True),
+    click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, type=click.Path(allow_dash=True, readable=False), callback=_store("snapshots", append=True),
                  expose_value=False, help="Read objects from a snapshot file or directory instead of a cluster "
                  "(repeatable; - is stdin)."),
     click.option("--at", metavar="TIME", callback=_store_at, expose_value=False,

@@ -44,7 +44,7 @@ def verify_command(ctx: click.Context, reservation: str | None) -> int:
         snapshot = opts.load(None)
         found = snapshot.reservations_by_key.get(f"{namespace}/{reservation}")
         if found is None:
-            raise UserError(f'reservations.jobtree.dev "{reservation}" not found in namespace "{namespace}"')
+            raise UserError(f"reservation {namespace}/{reservation} not found")
         if not is_activated(found):
             state = found.status.state or "Pending"
             raise UserError(f"reservation {found.key} is not activated (state {state}): it has no draw to verify")

@@ -81,7 +81,7 @@ def test_bad_flag_is_usage_error(plugin):
     done = plugin.kubectl_runs("budgets", "usage", "--snapshot", EXAMPLE, "--bogus")
     assert done.returncode == 2
     assert done.stdout == ""
-    assert "No such option" in done.stderr and "--bogus" in done.stderr
+    assert done.stderr == "error: no such option '--bogus'.\nSee 'kubectl runs budgets usage --help' for usage.\n"
     assert "Traceback" not in done.stderr
 
 

@@ -218,7 +218,8 @@ def test_bad_flag_values(capsys, fleet_file, args, code, message):
 def test_unknown_dimension_is_a_click_usage_error(capsys, fleet_file):
     code, out, err = run_main(capsys, "leases", "audit", "--snapshot", fleet_file, "--by", "rack")
     assert (code, out) == (2, "")
-    assert "Invalid value for '--by': 'rack' is not one of 'owner', 'envelope', 'flavor', 'run', 'node'." in err
+    assert err == ("error: invalid value for '--by': 'rack' is not one of 'owner', 'envelope', 'flavor', 'run', "
+                   "'node'.\nSee 'kubectl runs leases audit --help' for usage.\n")
 
 
 def test_global_flags_before_the_command_words(fleet_file):

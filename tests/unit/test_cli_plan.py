@@ -183,7 +183,7 @@ def test_an_output_format_plan_cannot_print_is_a_usage_error(capsys, fleet):
 def test_a_missing_run_argument_is_a_usage_error(capsys, fleet):
     code, _, err = run_cli(capsys, "plan", "--snapshot", fleet)
     assert code == 2
-    assert "Missing argument 'RUN'" in err
+    assert err == "error: missing argument 'RUN'.\nSee 'kubectl runs plan --help' for usage.\n"
 
 
 # --- the example fleet (examples/fleet.yaml, at its stamp 2025-11-20T12:00:00Z) -----------------------------------

@@ -144,8 +144,8 @@ def test_a_namespace_without_activations_has_nothing_to_verify(capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nope", "-n", "rai-sys"], 'error: reservations.jobtree.dev "nope" not found in namespace "rai-sys"\n'),
-        (["bench-16-r1"], 'error: reservations.jobtree.dev "bench-16-r1" not found in namespace "default"\n'),
+        (["nope", "-n", "rai-sys"], 'error: reservation rai-sys/nope not found\n'),
+        (["bench-16-r1"], 'error: reservation default/bench-16-r1 not found\n'),
         (["pretrain-32-r1", "-n", "rai-sys"],
          "error: reservation rai-sys/pretrain-32-r1 is not activated (state Pending): it has no draw to verify\n"),
     ],

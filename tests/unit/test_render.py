@@ -240,3 +240,12 @@ def test_prose_column_wraps_to_fit_100_columns_and_stays_whole_when_wide():
     assert " ".join(line[len("Overdraft  "):].strip() for line in narrow[1:]) == sentence
     wide = table([("Overdraft", sentence)], columns, wide=True).splitlines()
     assert wide[1] == f"Overdraft  {sentence}"
+
+
+def test_bidirectional_overrides_are_cleaned_from_cells():
+    """U+202E would make the rest of a cell read right-to-left in a terminal: owner names come from other
+    people's objects."""
+    from kubectl_runs.render import clean
+
+    assert clean("org:\u202etxt.exe") == "org: txt.exe"
+    assert clean("a\u2066b\u2069c") == "a b c"

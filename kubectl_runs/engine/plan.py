@@ -298,8 +298,8 @@ def plan_run(
 
     deficit = max(0, need - min(room.placeable, money.fundable))
     remedies: list[Remedy] = []
-    if run.finished:
-        outlook = Forecast(None, UNKNOWN)  # nothing will start
+    if run.finished or blocked:
+        outlook = Forecast(None, UNKNOWN)  # nothing will start, or it cannot start as asked: no ETA to give
     elif need == 0 or deficit == 0:
         outlook = Forecast(at, REPORTED)
     else:

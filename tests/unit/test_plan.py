@@ -154,6 +154,8 @@ def test_invalid_request_spec(fields, message):
     fields = {"gpus": 8, **fields}
     p = plan_of(job(**fields), team(32), node("n1"), node("n2"))
     assert [(r.code, r.message) for r in p.reasons] == [("InvalidRequest", message)]
+    # a request that cannot start as written has no start time to forecast (API.md §3: no fabricated ETA)
+    assert (p.forecast.earliest_start, p.forecast.confidence) == (None, "unknown")
 
 
 @pytest.mark.parametrize(

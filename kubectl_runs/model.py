@@ -192,6 +192,18 @@ class Envelope(Record):
     max_gpu_hours: NonNegativeFloat | None = None
     lending: Lending | None = None
 
+    def __post_init__(self) -> None:
+        # The CRD's CEL rules, checked for snapshots too: a file never saw the API server.
+        if self.end <= self.start:
+            raise ValueError(f"envelope {self.name}: end must be after start")
+        if self.max_gpu_hours is not None:
+            window_hours = (self.end - self.start).total_seconds() / 3600.0
+            if self.max_gpu_hours > self.concurrency * window_hours:
+                raise ValueError(
+                    f"envelope {self.name}: maxGPUHours {self.max_gpu_hours:g} is more than concurrency × window "
+                    f"({self.concurrency} × {window_hours:g} h)"
+                )
+
     def window_contains(self, at: datetime) -> bool:
         return self.start <= at < self.end
 
@@ -214,6 +226,12 @@ class BudgetSpec(Record):
     owner: OwnerPath
     envelopes: tuple[Envelope, ...]
     aggregate_caps: tuple[AggregateCap, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [e.name for e in self.envelopes]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"envelope names must be unique within a Budget: {', '.join(twice)} given twice")
 
 
 class Budget(Namespaced, tag_field="kind", tag="Budget"):

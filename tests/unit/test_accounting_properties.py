@@ -29,12 +29,14 @@ def envelopes(draw, name):
             optional={"maxConcurrency": st.integers(0, 8)},
         )
     )
+    concurrency = draw(st.integers(1, 16))
     return envelope(
         name,
-        concurrency=draw(st.integers(1, 16)),
+        concurrency=concurrency,
         start=T0 + start * HOUR,
         end=T0 + (start + length) * HOUR,
-        max_gpu_hours=draw(st.none() | st.floats(0, 500)),
+        # the CRD's rule: maxGPUHours <= concurrency × window hours
+        max_gpu_hours=draw(st.none() | st.floats(0, min(500, concurrency * length))),
         lending=lending,
     )
 

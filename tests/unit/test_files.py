@@ -520,3 +520,30 @@ def test_stdin_through_the_cli(monkeypatch, capsys):
     [row] = json.loads(out)["envelopes"]
     assert (row["usedGPUs"], row["consumedGPUHours"]) == (2, 48.0)
 
+
+
+_WINDOW = {"flavor": "H100", "concurrency": 2, "start": "2025-11-01T00:00:00Z", "end": "2025-11-02T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("envelopes", "message"),
+    [
+        ([{**_WINDOW, "name": "e", "start": "2025-11-02T00:00:00Z", "end": "2025-11-01T00:00:00Z"}],
+         "spec.envelopes[0]: envelope e: end must be after start"),
+        ([{**_WINDOW, "name": "e", "maxGPUHours": 49}],  # 2 GPUs × 24 h = 48 GPU-hours at most
+         "spec.envelopes[0]: envelope e: maxGPUHours 49 is more than concurrency × window (2 × 24 h)"),
+        ([{**_WINDOW, "name": "e"}, {**_WINDOW, "name": "e"}],
+         "spec: envelope names must be unique within a Budget: e given twice"),
+    ],
+    ids=["end-before-start", "cap-above-window", "duplicate-names"],
+)
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_the_crd_rules_hold_for_snapshots_too(tmp_path, envelopes, message, form):
+    """What the API server's CEL rules refuse, a snapshot file may not smuggle in: one line, exit 1."""
+    doc = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "b", "namespace": "ns"},
+           "spec": {"owner": "org:a", "envelopes": envelopes}}
+    path = tmp_path / f"b.{form}"
+    path.write_text(yaml.safe_dump(doc) if form == "yaml" else json.dumps({"kind": "List", "items": [doc]}))
+    with pytest.raises(SnapshotError) as caught:
+        load_snapshot([str(path)])
+    assert str(caught.value) == f"{path}: Budget ns/b: {message}"

@@ -291,7 +291,7 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
         return
     body = {k: v for k, v in doc.items() if k != "kind"}
     try:
-        obj = msgspec.convert(body, cls, from_attributes=False, strict=False)
+        obj = msgspec.convert(body, cls, from_attributes=False, strict=True)  # "8" is not 8, in YAML as in JSON
     except msgspec.ValidationError as exc:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
         peek_meta = _PeekMeta(name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")))

@@ -547,3 +547,14 @@ def test_the_crd_rules_hold_for_snapshots_too(tmp_path, envelopes, message, form
     with pytest.raises(SnapshotError) as caught:
         load_snapshot([str(path)])
     assert str(caught.value) == f"{path}: Budget ns/b: {message}"
+
+
+def test_a_quoted_number_is_refused_in_yaml_as_in_json(tmp_path):
+    """``concurrency: "8"`` is a string: the API server's schema refuses it, and so do we, in either form."""
+    doc = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "b", "namespace": "ns"},
+           "spec": {"owner": "org:a", "envelopes": [{**_WINDOW, "name": "e", "concurrency": "8"}]}}
+    for path, text in ((tmp_path / "b.yaml", yaml.safe_dump(doc)), (tmp_path / "b.json", json.dumps(doc))):
+        path.write_text(text)
+        with pytest.raises(SnapshotError) as caught:
+            load_snapshot([str(path)])
+        assert str(caught.value) == f"{path}: Budget ns/b: spec.envelopes[0].concurrency: expected int, got str"

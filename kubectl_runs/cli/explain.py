@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..engine.lottery import RunDraw, run_draws
+from ..engine.lottery import RunDraw
 from ..engine.plan import Explanation, explain_run
 from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section, ago, when
 from ..timeutil import parse_time
@@ -49,13 +49,13 @@ def explain(ctx: click.Context, run_name: str) -> None:
 
         events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
     info = explain_run(snapshot, run, at, events=events)
-    opts.print(explain_document(info, fmt, draws=run_draws(snapshot, run.key)), fmt)
+    opts.print(explain_document(info, fmt), fmt)
 
 
-def explain_document(info: Explanation, fmt: str, draws: Sequence[RunDraw] = ()) -> Document:
-    """``draws`` (engine/lottery.run_draws) add to each preemption the run's tickets and places in the draw."""
+def explain_document(info: Explanation, fmt: str) -> Document:
+    """``info.draws`` (engine/lottery.run_draws) add to each preemption the run's tickets and places in the draw."""
     wrap = fmt == TABLE
-    by_key = {(d.reservation, d.seed): d for d in draws}
+    by_key = {(d.reservation, d.seed): d for d in info.draws}
     data = info.to_json()
     for entry in data["preemptions"]:
         draw = by_key.get((entry["reservation"], entry["seed"]))

@@ -32,7 +32,7 @@ from ..timeutil import rfc3339
 from .accounting import BORROWED, OWNED, SHARED, UNFUNDED, EnvelopeKey, LeaseCharge, Ledger, ledger
 from .forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Forecast, forecast, releases
 from .funding import ANCESTOR, OWN, SIBLING, SPONSOR, Funding, Releases, Walk, funding, state_at, walk
-from .lottery import derive_seed, run_draws
+from .lottery import RunDraw, derive_seed, run_draws
 from .packing import Capacity, candidate_nodes, capacity, group_unit, open_leases, place
 from .remedies import RemedyCandidates, remedy_candidates, scope_nodes
 
@@ -632,6 +632,7 @@ class Explanation:
     preemptions: tuple[Preemption, ...]
     leases: tuple[LeaseView, ...]  # open first, then the most recent
     events: tuple[dict, ...] | None = None  # live only: the run's recent core/v1 Events
+    draws: tuple[RunDraw, ...] = ()  # the recorded draws this run was in: its tickets and places, verified
 
     def to_json(self) -> dict:
         out = {
@@ -707,6 +708,7 @@ def explain_run(
         (LeaseView(lease, charges[lease.key] is not None, charges[lease.key]) for lease in mine),
         key=lambda v: (not v.open, -v.lease.spec.start.timestamp(), v.lease.key),
     )
+    draws = tuple(run_draws(snapshot, run.key))
     return Explanation(
         run=run,
         at=at,
@@ -717,13 +719,14 @@ def explain_run(
         unfunded=split[UNFUNDED],
         lenders=tuple(sorted(lenders.items())),
         reservation=reservation_of(snapshot, run),
-        preemptions=tuple(preemptions_of(snapshot, run, mine)),
+        preemptions=tuple(preemptions_of(run, mine, draws)),
         leases=tuple(views),
         events=None if events is None else tuple(events),
+        draws=draws,
     )
 
 
-def preemptions_of(snapshot: Snapshot, run: Run, mine: Sequence[GPULease]) -> list[Preemption]:
+def preemptions_of(run: Run, mine: Sequence[GPULease], draws: Sequence[RunDraw]) -> list[Preemption]:
     found: dict[tuple[str, str], dict] = {}
     for lease in mine:
         status = lease.status
@@ -742,7 +745,7 @@ def preemptions_of(snapshot: Snapshot, run: Run, mine: Sequence[GPULease]) -> li
             found[key]["at"] = record.at
     if not found:
         return []
-    verdicts = {(d.reservation, d.seed): d.verified for d in run_draws(snapshot, run.key)}
+    verdicts = {(d.reservation, d.seed): d.verified for d in draws}
     out = [
         Preemption(reservation=r, seed=s, at=e["at"], gpus=e["gpus"], verified=verdicts.get((r, s)),
                    closure=e["closure"])

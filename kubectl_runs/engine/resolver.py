@@ -39,6 +39,7 @@ from .lottery import (
     ticket,
     victims,
 )
+from .packing import capacity, group_unit, open_leases
 from .remedies import (
     LeaseGroup,
     ShrinkStep,
@@ -121,9 +122,9 @@ def in_scope(snapshot: Snapshot, reservation: Reservation, lease: GPULease) -> b
 
 def scope_deficit(snapshot: Snapshot, reservation: Reservation, at: datetime) -> int:
     """GPUs the reserving run lacks in the scope at ``at``: its start width plus spares, less what it holds,
-    less the placeable free slots of schedulable nodes in scope (whole groups per domain when the run has
-    ``groupGPUs``; only the best domain when it does not allow cross-group spread). A capacity deficit:
-    what taking GPUs from others can cure."""
+    less what ``packing.capacity`` can place in scope (the same placement ``plan`` uses). A capacity deficit:
+    what taking GPUs from others can cure. (Not ``plan``'s deficit: a replay looks at a run that has since
+    finished, and ``plan`` has nothing to plan for a finished run.)"""
     run = snapshot.runs_by_key.get(reservation.spec.run_ref.key)
     if run is None:
         return 0
@@ -137,23 +138,10 @@ def scope_deficit(snapshot: Snapshot, reservation: Reservation, at: datetime) ->
     if need <= 0:
         return 0
     scope = reservation.spec.scope
-    used: set[str] = {slot for lease in snapshot.leases if lease.open_at(at) for slot in lease.spec.slice.slots}
-    free_by_domain: dict[str, int] = {}
-    for node in snapshot.nodes:
-        if node.flavor != scope.flavor or not node.schedulable:
-            continue
-        if scope.domain is not None and node.domain != scope.domain:
-            continue
-        free = sum(1 for slot in node.slots if slot not in used)
-        free_by_domain[node.domain or ""] = free_by_domain.get(node.domain or "", 0) + free
-    if group_gpus:
-        unit = group_gpus + spec.spares_per_group
-        per_domain = [(free // unit) * unit for free in free_by_domain.values()]
-    else:
-        per_domain = list(free_by_domain.values())
     spread = spec.locality.allow_cross_group_spread if spec.locality else True
-    placeable = sum(per_domain) if spread else max(per_domain, default=0)
-    return max(0, need - placeable)
+    room = capacity(snapshot, open_leases(snapshot, at), scope.flavor, domain=scope.domain,
+                    unit=group_unit(group_gpus, spec.spares_per_group), spread=spread)
+    return max(0, need - room.placeable)
 
 
 # --- the resolver -----------------------------------------------------------------------------------------------

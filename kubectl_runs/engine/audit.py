@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import accumulate
-from operator import attrgetter, lt, neg
+from itertools import accumulate, compress, count
+from operator import attrgetter, lt, mul, neg, sub
 
-from ..model import GPULease, Snapshot
+from ..model import GPULease, GPULeaseSpec, Snapshot
 from ..timeutil import rfc3339
 from . import findings as fk
 from .accounting import BORROWED, EnvelopeKey, ledger, relation, round_hours
@@ -102,6 +102,7 @@ class _Window:
     lo: float  # epoch seconds
     hi: float
     leases: list[GPULease] = field(default_factory=list)
+    specs: list[GPULeaseSpec] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)  # clipped to the window
     ends: list[float] = field(default_factory=list)
     slots: list[tuple[str, ...]] = field(default_factory=list)
@@ -113,63 +114,88 @@ class _Window:
         extracted once at C speed."""
         found = self._columns.get(name)
         if found is None:
-            found = self._columns[name] = list(map(_GETTERS[name], self.leases))
+            found = self._columns[name] = list(map(_GETTERS[name], self.specs))
         return found
+
+    def gpu_seconds(self) -> list[float]:
+        """Slots × seconds held inside the window, per lease."""
+        found = self._columns.get("gpu_seconds")
+        if found is None:
+            found = self._columns["gpu_seconds"] = list(map(mul, self.gpus, map(sub, self.ends, self.starts)))
+        return found
+
+    def slot_lists(self) -> tuple[list[int], dict[int, list[int]]]:
+        """Each lease's slot-list id (the index of the first window lease with an equal slot list) and the leases
+        of each id, in order: slot lists are hashed once per lease, then handled once per distinct list."""
+        found = self._columns.get("slot_ids")
+        if found is None:
+            first: dict[tuple[str, ...], int] = {}
+            ids = list(map(first.setdefault, self.slots, count()))
+            members: dict[int, list[int]] = {}
+            if len(first) == len(ids):
+                members = {i: [i] for i in ids}
+            else:
+                grouped: defaultdict[int, list[int]] = defaultdict(list)
+                for i, list_id in enumerate(ids):
+                    grouped[list_id].append(i)
+                members = dict(grouped)
+            found = self._columns["slot_ids"] = [ids, members]
+        return found[0], found[1]
 
 
 _GETTERS = {
-    "owner": attrgetter("spec.owner"),
-    "flavor": attrgetter("spec.flavor"),
-    "run": attrgetter("spec.run_ref.namespace", "spec.run_ref.name"),
-    "paid_by": attrgetter("spec.paid_by"),
+    "owner": attrgetter("owner"),
+    "flavor": attrgetter("flavor"),
+    "run": attrgetter("run_ref.namespace", "run_ref.name"),
+    "paid_by": attrgetter("paid_by"),
 }
+_STATUS = attrgetter("status")
+_SPEC = attrgetter("spec")
+_START = attrgetter("start")
+_SLOTS = attrgetter("slice.slots")
+_CLOSED = attrgetter("closed")
+_ENDED = attrgetter("ended")
+_TIMESTAMP = datetime.timestamp
 
 
-def _window(leases: Iterable[GPULease], lo_at: datetime, hi_at: datetime) -> _Window:
+def _window(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> _Window:
     """Every lease whose ``[start, ended or hi)`` overlaps ``[lo, hi)``, with its interval clipped to it.
-    One pass, the only per-lease Python loop over the whole history."""
+
+    Histories are mostly leases that closed long before the window: one cheap test on each lease's status (no
+    spec touched) keeps the candidates, and only those are looked at further, column by column at C speed."""
     lo, hi = lo_at.timestamp(), hi_at.timestamp()
     win = _Window(lo=lo, hi=hi)
-    kept, starts, ends, slots = win.leases, win.starts, win.ends, win.slots
-    for lease in leases:
-        spec = lease.spec
-        start = spec.start
-        if start >= hi_at:
-            continue
-        status = lease.status
-        if status.closed:
-            ended = status.ended
-            if ended is None or ended <= lo_at or ended <= start:
-                continue  # closed before the window, or never held anything
-            end = ended.timestamp()
-            if end > hi:
-                end = hi
-        else:
-            end = hi
-        begin = start.timestamp()
-        kept.append(lease)
-        starts.append(begin if begin > lo else lo)
-        ends.append(end)
-        slots.append(spec.slice.slots)
-    win.gpus = list(map(len, slots))
+    statuses = list(map(_STATUS, leases))
+    # Open, or closed after the window opened (a closed lease without an end never held anything).
+    candidates = [i for i, st in enumerate(statuses) if not st.closed or ((e := st.ended) is not None and e > lo_at)]
+    if not candidates:
+        return win
+    kept = list(map(leases.__getitem__, candidates))
+    specs = list(map(_SPEC, kept))
+    begins = list(map(_START, specs))
+    statuses = list(map(statuses.__getitem__, candidates))
+    closed = list(map(_CLOSED, statuses))
+    ended = list(map(_ENDED, statuses))
+    # Started before the window ends, and (when closed) held its slots for a while.
+    keep = [b < hi_at and (not c or e > b) for b, c, e in zip(begins, closed, ended, strict=True)]
+    if not all(keep):
+        kept, specs, begins, closed, ended = (
+            list(compress(column, keep)) for column in (kept, specs, begins, closed, ended)
+        )
+    win.leases, win.specs = kept, specs
+    win.starts = [b if b > lo else lo for b in map(_TIMESTAMP, begins)]
+    win.ends = [e if c and (e := x.timestamp()) < hi else hi for c, x in zip(closed, ended, strict=True)]
+    win.slots = list(map(_SLOTS, specs))
+    win.gpus = list(map(len, win.slots))
     return win
 
 
-def _gpu_seconds(win: _Window, idx: Sequence[int] | None = None, weights: Sequence[int] | None = None) -> float:
+def _gpu_seconds(win: _Window, idx: Sequence[int] | None = None) -> float:
     """Σ slots × seconds held inside the window, over ``idx`` (default: every window lease)."""
+    seconds = win.gpu_seconds()
     if idx is None:
-        return sum(map(_mul, win.gpus, map(_sub, win.ends, win.starts)))
-    starts, ends = win.starts, win.ends
-    gpus = weights if weights is not None else list(map(win.gpus.__getitem__, idx))
-    return sum(map(_mul, gpus, map(_sub, map(ends.__getitem__, idx), map(starts.__getitem__, idx))))
-
-
-def _mul(a: float, b: float) -> float:
-    return a * b
-
-
-def _sub(a: float, b: float) -> float:
-    return a - b
+        return sum(seconds)
+    return sum(map(seconds.__getitem__, idx))
 
 
 # --- peaks ------------------------------------------------------------------------------------------------
@@ -270,11 +296,11 @@ def audit(
         total_seconds, total_leases = _gpu_seconds(win, selected), len(selected)
 
     found: list[Finding] = []
-    payers = _payers(win)
+    by_payer = _group(_payers(win))
     found += _slot_findings(snapshot, win, notes)
     found += _run_findings(snapshot, win)
-    found += _envelope_findings(snapshot, win, payers)
-    ledger_found, instants = _ledger_findings(snapshot, win, payers, since, hi_at, ledger_at_starts)
+    found += _envelope_findings(snapshot, win, by_payer)
+    ledger_found, instants = _ledger_findings(snapshot, win, by_payer, since, hi_at, ledger_at_starts)
     found += ledger_found
     if namespace is not None:
         found = [f for f in found if _finding_namespace(f) == namespace]
@@ -319,21 +345,22 @@ def _rows(win: _Window, by: tuple[str, ...], selected: list[int] | None) -> list
         columns.insert(node_at, node_keys)
         starts = list(map(win.starts.__getitem__, lease_of))
         ends = list(map(win.ends.__getitem__, lease_of))
+        seconds = list(map(mul, weights, map(sub, ends, starts)))
+    elif selected is not None:
+        weights = list(map(win.gpus.__getitem__, index))
+        starts = list(map(win.starts.__getitem__, index))
+        ends = list(map(win.ends.__getitem__, index))
+        seconds = list(map(win.gpu_seconds().__getitem__, index))
     else:
-        lease_of = index
-        weights = list(map(win.gpus.__getitem__, index)) if selected is not None else win.gpus
-        starts = list(map(win.starts.__getitem__, index)) if selected is not None else win.starts
-        ends = list(map(win.ends.__getitem__, index)) if selected is not None else win.ends
+        weights, starts, ends, seconds = win.gpus, win.starts, win.ends, win.gpu_seconds()
     single = len(columns) == 1
     keys: list = columns[0] if single else list(zip(*columns, strict=True))
     groups = _group(keys)
     peaks = _peaks(keys, groups, starts, ends, weights)
     rows = []
     for key, idx in groups.items():
-        seconds = sum(
-            map(_mul, map(weights.__getitem__, idx), map(_sub, map(ends.__getitem__, idx), map(starts.__getitem__, idx)))
-        )
-        rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=seconds, leases=len(idx), peak_gpus=peaks[key]))
+        total = sum(map(seconds.__getitem__, idx))
+        rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=total, leases=len(idx), peak_gpus=peaks[key]))
     rows.sort(key=lambda r: (-r.gpu_seconds, r.key))
     return rows
 
@@ -380,20 +407,21 @@ def _nodes_of(slots: tuple[str, ...]) -> dict[str, list[str]]:
 def _node_entries(win: _Window, index: Iterable[int]) -> tuple[list[int], list[str], list[int]]:
     """(lease index, node, slots on that node) for every node each lease holds slots on. Slot lists are
     parsed once per distinct list, not once per lease."""
-    per_list: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    list_ids, _members = win.slot_lists()
+    per_list: dict[int, list[tuple[str, int]]] = {}
     lease_of: list[int] = []
     nodes: list[str] = []
     weights: list[int] = []
     all_slots = win.slots
     for i in index:
-        slots = all_slots[i]
-        parts = per_list.get(slots)
+        list_id = list_ids[i]
+        parts = per_list.get(list_id)
         if parts is None:
-            parts = per_list[slots] = [(node, len(s)) for node, s in _nodes_of(slots).items()]
-        for node, count in parts:
+            parts = per_list[list_id] = [(node, len(s)) for node, s in _nodes_of(all_slots[list_id]).items()]
+        for node, count_on_node in parts:
             lease_of.append(i)
             nodes.append(node)
-            weights.append(count)
+            weights.append(count_on_node)
     return lease_of, nodes, weights
 
 
@@ -401,30 +429,77 @@ def _node_entries(win: _Window, index: Iterable[int]) -> tuple[list[int], list[s
 
 
 def _slot_findings(snapshot: Snapshot, win: _Window, notes: list[str]) -> list[Finding]:
-    """Group the leases by their exact slot list (hashing each list once), then work per distinct list and per
-    node: leases with the same list overlap iff they double-book; lists that share a slot are checked
-    together, slot by slot, only when their leases overlap in time at all."""
-    by_list: dict[tuple[str, ...], list[int]] = _group(win.slots)
+    """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
+    node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
+    where one is are searched pair by pair (``_double_booked``), so the findings are those of a search of every
+    node."""
     out: list[Finding] = []
+    if not win.leases:
+        return out
     nodes = snapshot.nodes_by_name
-    if not nodes and by_list:
+    if not nodes:
         notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
-    per_node: dict[str, list[tuple[frozenset[str], list[int]]]] = {}
-    for slots, idx in by_list.items():
+    _list_ids, members = win.slot_lists()
+    per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
+    for list_id in members:
         unknown: list[str] = []
-        for node, node_slots in _nodes_of(slots).items():
-            per_node.setdefault(node, []).append((frozenset(node_slots), idx))
+        for node, node_slots in _nodes_of(win.slots[list_id]).items():
+            on_node = per_node.get(node)
+            if on_node is None:
+                per_node[node] = [(list_id, node_slots)]
+            else:
+                on_node.append((list_id, node_slots))
             if nodes:
                 unknown.extend(_unknown_slots(node, node_slots, nodes))
         if unknown:
-            for i in idx:
+            for i in members[list_id]:
                 lease = win.leases[i]
                 if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
                     continue
                 out.append(_unknown_node(lease, unknown))
     for entries in per_node.values():
-        out.extend(_double_booked(win, entries))
+        if _node_may_double_book(win, entries, members):
+            out.extend(_double_booked(win, [(frozenset(node_slots), members[i]) for i, node_slots in entries]))
     return out
+
+
+def _node_may_double_book(win: _Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> bool:
+    """Whether two leases hold one slot of this node at the same instant (exact, not a bound).
+
+    Leases whose slots on the node are the same set double-book iff two of them overlap in time. When the node
+    has several such sets that share slots, each lease's set is written as an integer with a 2-bit counter per
+    slot of the node; adding the leases' integers at their starts and subtracting them at their ends (ends first
+    at equal instants: intervals are half-open), a slot is held twice exactly when its counter reaches 2, which
+    sets its high bit. A counter only overflows after it has reached 2, so the first double booking is always
+    seen."""
+    position: dict[str, int] = {}
+    by_set: dict[int, list[int]] = {}  # encoded slot set -> leases
+    for list_id, node_slots in entries:
+        encoded = 0
+        for slot in node_slots:
+            encoded |= 1 << (2 * position.setdefault(slot, len(position)))
+        idx = by_set.get(encoded)
+        if idx is None:
+            by_set[encoded] = list(members[list_id])
+        else:
+            idx.extend(members[list_id])
+    sets = list(by_set)
+    union = 0
+    for encoded in sets:
+        if union & encoded:
+            break
+        union |= encoded
+    else:  # the sets are disjoint: only leases of one set can collide
+        return any(_overlaps(win, idx) for idx in by_set.values())
+    idx = [i for encoded in sets for i in by_set[encoded]]
+    gains = [encoded for encoded in sets for _ in by_set[encoded]]
+    times = list(map(win.ends.__getitem__, idx))
+    times += map(win.starts.__getitem__, idx)
+    deltas = list(map(neg, gains))
+    deltas += gains
+    order = sorted(range(len(times)), key=times.__getitem__)
+    high = int("10" * len(position), 2)
+    return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
 
 
 def _unknown_slots(node: str, slots: list[str], nodes: dict) -> list[str]:
@@ -533,10 +608,12 @@ def _iso(epoch: float) -> str:
 # --- findings about references: UnknownRun, UnknownEnvelope ---------------------------------------------------
 
 
+_RUN_REF = attrgetter("metadata.namespace", "metadata.name")
+
+
 def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
     refs = win.column("run")
-    known = {(r.metadata.namespace, r.metadata.name) for r in snapshot.runs}
-    missing = set(refs) - known
+    missing = set(refs).difference(map(_RUN_REF, snapshot.runs))
     if not missing:
         return []
     out = []
@@ -584,25 +661,24 @@ def _payers(win: _Window) -> list[EnvelopeKey | None]:
     return out
 
 
-def _envelope_findings(snapshot: Snapshot, win: _Window, payers: list[EnvelopeKey | None]) -> list[Finding]:
+def _envelope_findings(snapshot: Snapshot, win: _Window, by_payer: dict[EnvelopeKey | None, list[int]]) -> list[Finding]:
     known = snapshot.envelopes_by_key
     out = []
-    for key in set(payers):
+    for key, idx in by_payer.items():
         if key is None or key in known:
             continue
         ns, budget, envelope = key
-        for i, payer in enumerate(payers):
-            if payer == key:
-                lease = win.leases[i]
-                out.append(
-                    Finding(
-                        fk.UNKNOWN_ENVELOPE,
-                        lease.key,
-                        f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
-                        f"{_gpus(len(lease.spec.slice.slots))} are unfunded; fix paidBy or create the envelope",
-                        namespace=lease.metadata.namespace,
-                    )
+        for i in idx:
+            lease = win.leases[i]
+            out.append(
+                Finding(
+                    fk.UNKNOWN_ENVELOPE,
+                    lease.key,
+                    f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
+                    f"{_gpus(len(lease.spec.slice.slots))} are unfunded; fix paidBy or create the envelope",
+                    namespace=lease.metadata.namespace,
                 )
+            )
     return out
 
 
@@ -612,7 +688,7 @@ def _envelope_findings(snapshot: Snapshot, win: _Window, payers: list[EnvelopeKe
 def _ledger_findings(
     snapshot: Snapshot,
     win: _Window,
-    payers: list[EnvelopeKey | None],
+    by_payer: dict[EnvelopeKey | None, list[int]],
     since: datetime,
     hi_at: datetime,
     at_starts: bool,
@@ -633,7 +709,7 @@ def _ledger_findings(
     else:
         evaluations.append((hi_at, []))
     if at_starts and win.leases:
-        evaluations.extend(_suspect_instants(snapshot, win, payers))
+        evaluations.extend(_suspect_instants(snapshot, win, by_payer))
     best: dict[tuple[str, str | None, str], tuple[datetime, Finding]] = {}
     for instant, idx in evaluations:
         view = Snapshot(budgets=snapshot.budgets, leases=tuple(win.leases[i] for i in idx))
@@ -661,12 +737,12 @@ def _ledger_findings(
 
 
 def _suspect_instants(
-    snapshot: Snapshot, win: _Window, payers: list[EnvelopeKey | None]
+    snapshot: Snapshot, win: _Window, by_payer: dict[EnvelopeKey | None, list[int]]
 ) -> list[tuple[datetime, list[int]]]:
     """(instant, leases open then) for every instant where the ledger might find a problem (see above)."""
     envelopes = snapshot.envelopes_by_key
     by_envelope: dict[EnvelopeKey, list[int]] = {
-        key: idx for key, idx in _group(payers).items() if key is not None and key in envelopes
+        key: idx for key, idx in by_payer.items() if key is not None and key in envelopes
     }
     if not by_envelope:
         return []

@@ -104,21 +104,22 @@ def _live_names(source: Any, kind: str, namespace: str) -> list[str]:
 
     from ..sources.cluster import RESOURCES, Cluster
 
-    class _Meta(msgspec.Struct):
-        name: str = ""
-
-    class _Item(msgspec.Struct):
-        metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-    class _Page(msgspec.Struct):
-        items: list[_Item] = msgspec.field(default_factory=list)
-
     resource = next(r for r in RESOURCES if r.kind == kind)
-    decoder = msgspec.json.Decoder(_Page)
+    decoder = msgspec.json.Decoder(_name_page_type())
     names: list[str] = []
     for body in Cluster(source).pages(resource, namespace):
         names.extend(item.metadata.name for item in decoder.decode(body).items)
     return names
+
+
+def _name_page_type() -> type:
+    """A list page that keeps only each item's ``metadata.name`` (built on first use: msgspec is not imported
+    for ``--help``). Module-level types, because msgspec resolves annotations in the module's namespace."""
+    import msgspec
+
+    meta = msgspec.defstruct("NameMeta", [("name", str, "")])
+    item = msgspec.defstruct("NameItem", [("metadata", meta, msgspec.field(default_factory=meta))])
+    return msgspec.defstruct("NamePage", [("items", list[item], msgspec.field(default_factory=list))])
 
 
 @contextlib.contextmanager

@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict] = []
     for size in sizes:
         path, meta = fleet(size, args.seed, args.regenerate)
-        meta["name"] = size
+        meta["name"], meta["path"] = size, path
         fleets[size] = meta
         repeats = args.repeats or DEFAULT_REPEATS[size]
         for bench in runnable:
@@ -326,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "met" if strict <= USAGE_TARGET else "not met"
         report += ["", f"Issue 2 target, `budgets usage` ÷ decode on the large fleet ≤ {USAGE_TARGET}: **{strict:.2f}** "
                        f"— {verdict} ({like:.2f} when the decode also frees its records)."]
+    if "large" in fleets and not args.only:
+        print("large: the decoders compared …", file=sys.stderr)
+        done = subprocess.run([sys.executable, "-m", "bench.decoders", fleets["large"]["path"], "--repeats", "3"],
+                              cwd=REPO, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            report += ["", "Why that baseline — the ways to decode the large fleet's file, alternated in one process "
+                           "(`python -m bench.decoders`):", "", done.stdout.strip()]
     for bench, why in skipped:
         report.append(f"\nSkipped {bench.name}: {why}.")
     text = "\n".join(report) + "\n"

@@ -191,15 +191,15 @@ def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
     """Fund every open lease and sum GPU-hours, one pass over the leases (API.md §3 Charges)."""
     owners = namespace_owners(snapshot)
     usages: dict[EnvelopeKey, EnvelopeUsage] = {}
-    clip: dict[EnvelopeKey, tuple[datetime, datetime, list[GPULease]]] = {}
+    # Per envelope, mutable for the hot loop: [window start, min(window end, at), open leases, GPU-seconds].
+    clip: dict[EnvelopeKey, list] = {}
     for key, (budget, envelope) in snapshot.envelopes_by_key.items():
         usage = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(at))
         usages[key] = usage
-        clip[key] = (envelope.start, min(envelope.end, at), [])
+        clip[key] = [envelope.start, min(envelope.end, at), [], 0.0]
 
     charges: dict[str, LeaseCharge] = {}
     found: list[Finding] = []
-    seconds: dict[EnvelopeKey, float] = dict.fromkeys(usages, 0.0)
     for lease in snapshot.leases:
         spec = lease.spec
         start = spec.start
@@ -228,12 +228,12 @@ def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
         lo = start if start > window[0] else window[0]
         hi = end if end < window[1] else window[1]
         if hi > lo:
-            seconds[key] += (hi - lo).total_seconds() * len(spec.slice.slots)
+            window[3] += (hi - lo).total_seconds() * len(spec.slice.slots)
         if is_open:
             window[2].append(lease)
 
     for key, usage in usages.items():
-        usage.consumed_seconds = seconds[key]
+        usage.consumed_seconds = clip[key][3]
         open_leases = clip[key][2]
         open_leases.sort(key=_funding_order)
         _fund(usage, open_leases, owners, charges, found)

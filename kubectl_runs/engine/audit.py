@@ -786,9 +786,10 @@ def _suspect_instants(
     for key, idx in by_envelope.items():
         budget, envelope = envelopes[key]
         open_at, close_at = envelope.start.timestamp(), envelope.end.timestamp()
-        # Outside the envelope's window: at the lease's start, or when the window closes.
+        # Outside the envelope's window: at the start of a lease that starts before it opens or after it closes,
+        # or when the window closes on a lease still held.
         if min(map(starts.__getitem__, idx)) < open_at or max(map(ends.__getitem__, idx)) > close_at:
-            suspect(key, (starts[i] for i in idx if starts[i] < open_at))
+            suspect(key, (starts[i] for i in idx if starts[i] < open_at or starts[i] >= close_at))
             if win.lo < close_at < win.hi:
                 suspect(key, (close_at,))
         # Borrowed: an owner it does not lend to (ACL) is suspect at the lease's start; a lending cap is checked

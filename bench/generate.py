@@ -11,8 +11,10 @@ What it builds (the same seed gives the same bytes):
 * **Budgets** for a family tree ``org:ai`` → ``org:ai:<team>`` → ``org:ai:<team>:<sub>``, one namespace per
   owner; every owner has an envelope per (region, flavor) whose window covers the whole history, plus
   envelopes of past and future quarters; one sub of each team lends to ``org:ai:*``; some aggregate caps.
-  Concurrencies, lending caps and aggregate caps are set from the peak the generated leases reach (plus
-  headroom), so no instant of the history is overdrawn.
+  The current envelopes share each (region, flavor)'s GPUs (subs 1.5× by appetite, teams 0.3×, the org
+  0.2×); every run is admitted as the reconciler would — paid by the first envelope (mostly its own, else a
+  relative's, else a lender's) with room in every hour it runs, else minted unfunded — so no instant of the
+  history is overdrawn; aggregate caps sit above the peak their envelopes reach.
 * **Runs** of every shape — fixed, grouped (8/16/32-GPU groups on 1/2/4 nodes of one domain), elastic (Grow
   and Shrink leases), with spares (a GPU failure swaps a spare in), borrowing (paid by another team's lending
   envelope), shared (paid by the parent, the org or a sibling), a few minted unfunded — and pending runs, some

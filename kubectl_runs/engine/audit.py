@@ -408,11 +408,21 @@ def split_slot(slot: str) -> tuple[str, int | None]:
     return node, int(ordinal)
 
 
-def _nodes_of(slots: tuple[str, ...]) -> dict[str, list[str]]:
-    """The slots of one lease, by node, in first-seen order."""
+def _nodes_of(slots: tuple[str, ...], node_of: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The slots of one lease, by node, in first-seen order. ``node_of`` caches each slot's node: slot lists
+    share slots (a node's slots appear in its whole-node, half-node and multi-node lists)."""
+    if node_of is None:
+        node_of = {}
     out: dict[str, list[str]] = {}
     for slot in slots:
-        out.setdefault(split_slot(slot)[0], []).append(slot)
+        node = node_of.get(slot)
+        if node is None:
+            node = node_of[slot] = split_slot(slot)[0]
+        found = out.get(node)
+        if found is None:
+            out[node] = [slot]
+        else:
+            found.append(slot)
     return out
 
 
@@ -421,6 +431,7 @@ def _node_entries(win: _Window, index: Iterable[int]) -> tuple[list[int], list[s
     parsed once per distinct list, not once per lease."""
     list_ids, _members = win.slot_lists()
     per_list: dict[int, list[tuple[str, int]]] = {}
+    node_of: dict[str, str] = {}
     lease_of: list[int] = []
     nodes: list[str] = []
     weights: list[int] = []
@@ -429,7 +440,7 @@ def _node_entries(win: _Window, index: Iterable[int]) -> tuple[list[int], list[s
         list_id = list_ids[i]
         parts = per_list.get(list_id)
         if parts is None:
-            parts = per_list[list_id] = [(node, len(s)) for node, s in _nodes_of(all_slots[list_id]).items()]
+            parts = per_list[list_id] = [(node, len(s)) for node, s in _nodes_of(all_slots[list_id], node_of).items()]
         for node, count_on_node in parts:
             lease_of.append(i)
             nodes.append(node)
@@ -453,16 +464,18 @@ def _slot_findings(snapshot: Snapshot, win: _Window, notes: list[str]) -> list[F
         notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
     _list_ids, members = win.slot_lists()
     per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
+    node_of: dict[str, str] = {}
+    valid: set[str] = set()
     for list_id in members:
         unknown: list[str] = []
-        for node, node_slots in _nodes_of(win.slots[list_id]).items():
+        for node, node_slots in _nodes_of(win.slots[list_id], node_of).items():
             on_node = per_node.get(node)
             if on_node is None:
                 per_node[node] = [(list_id, node_slots)]
             else:
                 on_node.append((list_id, node_slots))
             if nodes:
-                unknown.extend(_unknown_slots(node, node_slots, nodes))
+                unknown.extend(_unknown_slots(node, node_slots, nodes, valid))
         if unknown:
             for i in members[list_id]:
                 lease = win.leases[i]
@@ -514,12 +527,18 @@ def _node_may_double_book(win: _Window, entries: list[tuple[int, list[str]]], me
     return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
 
 
-def _unknown_slots(node: str, slots: list[str], nodes: dict) -> list[str]:
+def _unknown_slots(node: str, slots: list[str], nodes: dict, valid: set[str] | None = None) -> list[str]:
+    """What is wrong with these slots of one node ([] = nothing). ``valid`` collects slots already found
+    valid, so that each slot is parsed once however many slot lists hold it."""
     known = nodes.get(node)
     if known is None:
         return [f"{node} (not in the snapshot)"]
+    if valid is not None and valid.issuperset(slots):
+        return []
     gpus = known.gpus
     bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
+    if valid is not None:
+        valid.update(s for s in slots if s not in bad)
     if bad:
         return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
     return []

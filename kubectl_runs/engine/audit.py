@@ -807,7 +807,8 @@ def _suspect_instants(
         open_at, close_at = envelope.start.timestamp(), envelope.end.timestamp()
         # Outside the envelope's window: at the start of a lease that starts before it opens or after it closes,
         # or when the window closes on a lease still held.
-        if min(map(starts.__getitem__, idx)) < open_at or max(map(ends.__getitem__, idx)) > close_at:
+        covers = open_at <= win.lo and close_at >= win.hi  # then every lease is inside the envelope's window
+        if not covers and (min(map(starts.__getitem__, idx)) < open_at or max(map(ends.__getitem__, idx)) > close_at):
             suspect(key, (starts[i] for i in idx if starts[i] < open_at or starts[i] >= close_at))
             if win.lo < close_at < win.hi:
                 suspect(key, (close_at,))

@@ -20,6 +20,7 @@ work: slots are looked at once per distinct slot list, not once per lease.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -290,6 +291,28 @@ def audit(
         raise ValueError("by: each dimension at most once")
     if since >= until:
         raise ValueError(f"since ({rfc3339(since)}) must be before until ({rfc3339(until)})")
+    # The report builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a
+    # month of history), none of them in a reference cycle: collecting while they are made only rescans them
+    # (about a fifth of the engine's time on the 1M-lease history). They are freed by reference counting as
+    # ``_audit`` returns, before the collector is switched back on.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _audit(snapshot, at, since, until, by, namespace, ledger_at_starts)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _audit(
+    snapshot: Snapshot,
+    at: datetime,
+    since: datetime,
+    until: datetime,
+    by: tuple[str, ...],
+    namespace: str | None,
+    ledger_at_starts: bool,
+) -> AuditReport:
     notes: list[str] = []
     hi_at = min(until, at)
     if until > at:

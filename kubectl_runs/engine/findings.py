@@ -31,6 +31,14 @@ class Finding:
     def to_json(self) -> dict:
         return {"kind": self.kind, "lease": self.lease, "detail": self.detail}
 
+    def concerns(self, namespace: str) -> bool:
+        """Shown under ``-n namespace``: its lease, its envelope, or the namespace it names is there."""
+        return (
+            self.namespace == namespace
+            or (self.envelope is not None and self.envelope[0] == namespace)
+            or (self.lease is not None and self.lease.split("/", 1)[0] == namespace)
+        )
+
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Stable, readable order: by kind as listed in KINDS, then lease, then detail."""

@@ -61,7 +61,7 @@ def budget_usage(
     ]
 
     def concerns_kept(finding: Finding) -> bool:
-        if namespace is not None and namespace not in _namespaces_of(finding):
+        if namespace is not None and not finding.concerns(namespace):
             return False
         if owner is None and flavor is None:
             return True
@@ -72,12 +72,3 @@ def budget_usage(
     findings = [f for f in book.findings if concerns_kept(f)]
     return UsageReport(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))
 
-
-def _namespaces_of(finding: Finding) -> set[str | None]:
-    """The namespaces a finding concerns: its envelope's, its lease's, and the one it names."""
-    spaces: set[str | None] = {finding.namespace}
-    if finding.envelope is not None:
-        spaces.add(finding.envelope[0])
-    if finding.lease:
-        spaces.add(finding.lease.split("/", 1)[0])
-    return spaces

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 from controlplane import ControlPlane, skip_reason  # noqa: E402
-from fleet import read_objects, upload  # noqa: E402
+from fleet import install_example, read_objects  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +32,7 @@ def cluster():
     if reason:
         pytest.skip(reason)
     with ControlPlane() as cp:
-        cp.kubectl("apply", "-f", str(ROOT / "crds"))
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        cp.kubectl("apply", "-f", str(ROOT / "deploy" / "rbac-readonly.yaml"))
-        cp.kubectl("create", "clusterrolebinding", "reader-reads-runs", "--clusterrole=kubectl-runs-reader",
-                   "--user=reader")
-        upload(cp, read_objects(EXAMPLE))
+        install_example(cp, ROOT)
         yield cp
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controlplane import DEFAULT_USERS, ControlPlane, skip_reason  # noqa: E402
-from fleet import read_objects, upload  # noqa: E402
+from fleet import install_example  # noqa: E402
 
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
 AT = "2025-11-20T12:00:00Z"
@@ -59,12 +59,7 @@ def cluster(controlplane, before_crds):
     """The control plane with crds/ applied and Established, the read-only ClusterRole bound to ``reader``,
     and the example fleet loaded (objects, then their status through the status subresource)."""
     cp = controlplane
-    cp.kubectl("apply", "-f", str(ROOT / "crds"))
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    cp.kubectl("apply", "-f", str(ROOT / "deploy" / "rbac-readonly.yaml"))
-    cp.kubectl("create", "clusterrolebinding", "reader-reads-runs", "--clusterrole=kubectl-runs-reader",
-               "--user=reader")
-    upload(cp, read_objects(EXAMPLE))
+    install_example(cp, ROOT)
     cp.kubectl("create", "rolebinding", "team-reads-runs", "-n", "rai-sys", "--clusterrole=kubectl-runs-reader",
                "--user=team")
     cp.kubectl("create", "clusterrole", "node-reader", "--verb=get,list,watch", "--resource=nodes")

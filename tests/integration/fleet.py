@@ -81,3 +81,14 @@ def upload(cp, objects: list[dict], threads: int = 16) -> None:
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for _ in pool.map(one, objects):
             pass
+
+
+def install_example(cp, root) -> None:
+    """The state every live test starts from: crds/ applied and Established, the read-only ClusterRole of
+    deploy/ bound to the user ``reader``, and examples/fleet.yaml loaded (objects, then their status)."""
+    cp.kubectl("apply", "-f", str(root / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    cp.kubectl("apply", "-f", str(root / "deploy" / "rbac-readonly.yaml"))
+    cp.kubectl("create", "clusterrolebinding", "reader-reads-runs", "--clusterrole=kubectl-runs-reader",
+               "--user=reader")
+    upload(cp, read_objects(str(root / "examples" / "fleet.yaml")))

@@ -275,3 +275,23 @@ def preempted(
         status["preemption"] = {k: v for k, v in (("reservation", reservation), ("seed", seed)) if v is not None}
     manifest["status"] = status
     return _decode(GPULease, manifest)
+
+
+# --- running commands -------------------------------------------------------------------------------------------
+
+
+def write_fleet(path: Any, objects: Any) -> str:
+    """The objects as one multi-document YAML file (as a user would write it); returns the path."""
+    import yaml
+
+    path.write_text(yaml.safe_dump_all([to_manifest(o) for o in objects], sort_keys=False))
+    return str(path)
+
+
+def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """``kubectl runs ARGS`` through main()'s error boundary: (exit code, stdout, stderr)."""
+    from kubectl_runs.cli.main import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err

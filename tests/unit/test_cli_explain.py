@@ -17,11 +17,21 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from builders import at, budget, envelope, lease, node, preempted, run, slots, snapshot, to_manifest
+from builders import (
+    at,
+    budget,
+    envelope,
+    lease,
+    node,
+    preempted,
+    run,
+    run_cli,
+    slots,
+    snapshot,
+    write_fleet,
+)
 
 from kubectl_runs.cli.explain import explain_document
-from kubectl_runs.cli.main import main
 from kubectl_runs.engine.plan import explain_run
 from kubectl_runs.render import render
 
@@ -62,15 +72,7 @@ other/r1     0xabc  5 hours ago     8  -     no record
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> str:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump_all([to_manifest(o) for o in FLEET], sort_keys=False))
-    return str(path)
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_fleet(tmp_path / "fleet.yaml", FLEET)
 
 
 def explain_json(capsys, name: str, namespace: str, *extra: str) -> dict:

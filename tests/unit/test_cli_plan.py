@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import at, budget, envelope, lease, node, run, slots, to_manifest
-
-from kubectl_runs.cli.main import main
+from builders import at, budget, envelope, lease, node, run, run_cli, slots, write_fleet
 
 AT = "2025-11-01T10:00:00Z"
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
@@ -105,15 +103,7 @@ JSON = {
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> str:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump_all([to_manifest(o) for o in FLEET], sort_keys=False))
-    return str(path)
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_fleet(tmp_path / "fleet.yaml", FLEET)
 
 
 def test_plan_table(capsys, fleet):

@@ -223,7 +223,7 @@ def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
         if window is None:
             if is_open:
                 _charge_unfunded(lease, charges, None)
-                found.append(_unknown_envelope(lease, key))
+                found.append(unknown_envelope(lease, key))
             continue
         lo = start if start > window[0] else window[0]
         hi = end if end < window[1] else window[1]
@@ -261,13 +261,14 @@ def _charge_unfunded(lease: GPULease, charges: dict[str, LeaseCharge], key: Enve
     return charge
 
 
-def _unknown_envelope(lease: GPULease, key: EnvelopeKey) -> Finding:
+def unknown_envelope(lease: GPULease, key: EnvelopeKey, hint: str = "") -> Finding:
+    """UnknownEnvelope: the lease names an envelope that does not exist (``hint`` says what to do)."""
     ns, budget, envelope = key
     return Finding(
         fk.UNKNOWN_ENVELOPE,
         lease.key,
         f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
-        f"{counted(len(lease.spec.slice.slots), 'GPU')} {_are(len(lease.spec.slice.slots))} unfunded",
+        f"{counted(len(lease.spec.slice.slots), 'GPU')} {_are(len(lease.spec.slice.slots))} unfunded{hint}",
         namespace=lease.metadata.namespace,
     )
 

@@ -29,9 +29,10 @@ from itertools import accumulate, compress, count, groupby, islice
 from operator import attrgetter, le, mul, neg, sub
 
 from ..model import GPULease, GPULeaseSpec, PaidBy, Snapshot
+from ..text import counted
 from ..timeutil import rfc3339
 from . import findings as fk
-from .accounting import BORROWED, EnvelopeKey, ledger, relation, round_hours
+from .accounting import BORROWED, EnvelopeKey, ledger, relation, round_hours, unknown_envelope
 from .findings import Finding, sort_findings
 from .owners import any_pattern_matches
 
@@ -700,16 +701,12 @@ def _run_findings(snapshot: Snapshot, win: _Window) -> list[Finding]:
             Finding(
                 fk.UNKNOWN_RUN,
                 lease.key,
-                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} {_gpus(len(lease.spec.slice.slots))}: "
+                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} {counted(len(lease.spec.slice.slots), 'GPU')}: "
                 + ("close it (RunDeleted) or restore the run" if not status.closed else "check the runRef"),
                 namespace=lease.metadata.namespace,
             )
         )
     return out
-
-
-def _gpus(count: int) -> str:
-    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _payers(win: _Window) -> list[EnvelopeKey | None]:
@@ -738,18 +735,7 @@ def _envelope_findings(snapshot: Snapshot, win: _Window, by_payer: dict[Envelope
     for key, idx in by_payer.items():
         if key is None or key in known:
             continue
-        ns, budget, envelope = key
-        for i in idx:
-            lease = win.leases[i]
-            out.append(
-                Finding(
-                    fk.UNKNOWN_ENVELOPE,
-                    lease.key,
-                    f"paid by {ns}/{budget} envelope {envelope}, which does not exist: its "
-                    f"{_gpus(len(lease.spec.slice.slots))} are unfunded; fix paidBy or create the envelope",
-                    namespace=lease.metadata.namespace,
-                )
-            )
+        out.extend(unknown_envelope(win.leases[i], key, hint="; fix paidBy or create the envelope") for i in idx)
     return out
 
 

@@ -127,7 +127,8 @@ def _reference_findings(fleet, window):
         if x.payer is not None and x.payer not in fleet.envelopes_by_key:
             ns, name, env = x.payer
             found.append(Finding(fk.UNKNOWN_ENVELOPE, x.key, f"paid by {ns}/{name} envelope {env}, which does not exist: "
-                                 f"its {gpus} are unfunded; fix paidBy or create the envelope"))
+                                 f"its {gpus} {'is' if x.gpus == 1 else 'are'} unfunded; fix paidBy or create the "
+                                 "envelope"))
     return found
 
 

@@ -140,7 +140,12 @@ class ShrinkStep:
     cls: str
     from_gpus: int  # Active GPUs it holds now
     to_gpus: int  # Active GPUs it keeps (>= minTotalGPUs)
-    groups: tuple[LeaseGroup, ...]
+    commits: tuple[tuple[LeaseGroup, ...], ...]  # whole steps, highest group index first: take or leave each
+
+    @property
+    def groups(self) -> tuple[LeaseGroup, ...]:
+        """The groups it drops, highest index first."""
+        return tuple(g for commit in self.commits for g in commit)
 
     @property
     def leases(self) -> tuple[GPULease, ...]:
@@ -282,20 +287,20 @@ def shrinkable_runs(
         have = held.get(run_key, 0)
         dropped = 0
         pending: list[LeaseGroup] = []
-        committed: list[LeaseGroup] = []
+        commits: list[tuple[LeaseGroup, ...]] = []
         for group in sorted(run_groups, key=lambda g: g.group, reverse=True):
             if have - dropped - group.active_gpus < malleable.min_total_gpus:
                 break
             dropped += group.active_gpus
             pending.append(group)
             if dropped % malleable.step_gpus == 0:
-                committed.extend(pending)
+                commits.append(tuple(pending))
                 pending = []
-        if not committed:
+        if not commits:
             continue
         cls = min((g.cls for g in run_groups), key=_rank)
-        kept = have - sum(g.active_gpus for g in committed)
-        steps.append(ShrinkStep(run=run_key, cls=cls, from_gpus=have, to_gpus=kept, groups=tuple(committed)))
+        kept = have - sum(g.active_gpus for commit in commits for g in commit)
+        steps.append(ShrinkStep(run=run_key, cls=cls, from_gpus=have, to_gpus=kept, commits=tuple(commits)))
     return sorted(steps, key=lambda s: (_rank(s.cls), s.run))
 
 

@@ -41,8 +41,6 @@ from .lottery import (
 )
 from .packing import capacity, group_unit, open_leases
 from .remedies import (
-    LeaseGroup,
-    ShrinkStep,
     conflict_groups,
     droppable_spares,
     reclaimable_groups,
@@ -191,10 +189,10 @@ def resolve(snapshot: Snapshot, reservation: Reservation, at: datetime, deficit_
     # 3. Shrink: elastic runs by whole steps, never below their minimum; only as many steps as needed.
     if remaining > 0:
         for step in shrinkable_runs(snapshot, book, scope, groups=groups, taken=taken):
-            for chunk in _whole_steps(snapshot, step):
+            for commit in step.commits:
                 if remaining <= 0:
                     break
-                close(SHRINK, (lease for group in chunk for lease in group.leases))
+                close(SHRINK, (lease for group in commit for lease in group.leases))
 
     # 4. Lottery over the groups left: class rank, then ticket, whole groups.
     entries = [
@@ -214,19 +212,3 @@ def resolve(snapshot: Snapshot, reservation: Reservation, at: datetime, deficit_
         actions=tuple(actions),
     )
 
-
-def _whole_steps(snapshot: Snapshot, step: ShrinkStep) -> list[list[LeaseGroup]]:
-    """A shrink's groups (highest index first) cut where the GPUs dropped so far are a whole number of
-    ``stepGPUs``: each chunk is one commit the resolver may take or leave."""
-    run = snapshot.runs_by_key[step.run]
-    size = run.spec.malleable.step_gpus if run.spec.malleable else 1
-    chunks: list[list[LeaseGroup]] = []
-    pending: list[LeaseGroup] = []
-    dropped = 0
-    for group in step.groups:
-        pending.append(group)
-        dropped += group.active_gpus
-        if dropped % size == 0:
-            chunks.append(pending)
-            pending = []
-    return chunks

@@ -24,6 +24,12 @@ CLASS_RANK = {UNFUNDED: 0, BORROWED: 1, SHARED: 2, OWNED: 3}
 EnvelopeKey = tuple[str, str, str]  # (namespace, budget, envelope)
 
 
+def lends_to(envelope: Envelope, owner: str) -> bool:
+    """The envelope's lending ACL admits ``owner``: ``lending.allow`` and a ``to`` pattern matches."""
+    lending = envelope.lending
+    return lending is not None and lending.allow and any_pattern_matches(lending.to, owner)
+
+
 def relation(lease_owner: str, envelope_owner: str) -> str:
     """The class a funded slot would have: owned, shared (family) or borrowed."""
     if lease_owner == envelope_owner:
@@ -308,7 +314,7 @@ def _fund(
         room = envelope.concurrency - usage.used
         limit_reason = f"{label} funds {envelope.concurrency} GPUs at once"
         if cls == BORROWED:
-            if lending is None or not lending.allow or not any_pattern_matches(lending.to, lease.spec.owner):
+            if not lends_to(envelope, lease.spec.owner):
                 charge.unfunded = gpus
                 why = "does not lend" if lending is None or not lending.allow else "does not lend to it"
                 found.append(

@@ -32,9 +32,8 @@ from ..model import GPULease, GPULeaseSpec, PaidBy, Snapshot
 from ..text import counted
 from ..timeutil import rfc3339
 from . import findings as fk
-from .accounting import BORROWED, EnvelopeKey, ledger, relation, round_hours, unknown_envelope
+from .accounting import BORROWED, EnvelopeKey, ledger, lends_to, relation, round_hours, unknown_envelope
 from .findings import Finding, sort_findings
-from .owners import any_pattern_matches
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
 DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
@@ -829,9 +828,7 @@ def _suspect_instants(
         lease_owners = set(map(owners.__getitem__, idx))
         outsiders = {o for o in lease_owners if relation(o, env_owner) == BORROWED}
         if outsiders:
-            denied = {
-                o for o in outsiders if lending is None or not lending.allow or not any_pattern_matches(lending.to, o)
-            }
+            denied = {o for o in outsiders if not lends_to(envelope, o)}
             if denied:
                 suspect(key, (starts[i] for i in idx if owners[i] in denied))
             borrowed = [i for i in idx if owners[i] in outsiders and owners[i] not in denied]

@@ -91,10 +91,10 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
                         request_timeout=opts.timeout_seconds() or 30.0)
     metrics = server = elector = None
     if not once and metrics_addr not in ("0", ""):
-        metrics, server = _metrics(metrics_addr, log)
+        metrics, server = _metrics(metrics_addr, log, leader_elect)
     if not once and leader_elect:
         elector = _elector(make_api, leader_namespace(leader_election_namespace), leader_election_id,
-                           identity or f"{socket.gethostname()}_{os.getpid()}")
+                           identity or f"{socket.gethostname()}_{os.getpid()}", log)
     ledger = _ledger() if manage_leases else None
     reconciler = Reconciler(make_api, settings, log=log, metrics=metrics, elector=elector, ledger=ledger)
 
@@ -116,28 +116,32 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
             server.shutdown()
 
 
-def _metrics(addr: str, log) -> tuple[object, object]:
+def _metrics(addr: str, log, leader_elect: bool) -> tuple[object, object]:
+    from ..reconciler.metrics import ReconcilerMetrics, serve
+
+    metrics = ReconcilerMetrics(leader_election=leader_elect)
     try:
-        from ..reconciler import metrics as metrics_module
-    except ImportError:
-        log("metrics unavailable", level="warning", detail="reconciler/metrics.py is not in this build")
-        return None, None
-    metrics = metrics_module.ReconcilerMetrics()
-    try:
-        server = metrics_module.serve(addr, metrics)
-    except OSError as exc:
-        raise UserError(f"--metrics-addr {addr}: cannot listen: {exc.strerror or exc}") from None
-    log("serving metrics", addr=addr, port=getattr(server, "port", None))
+        server = serve(addr, metrics)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--metrics-addr {addr}: cannot serve metrics: {getattr(exc, 'strerror', None) or exc}") from None
+    log("serving metrics", addr=addr, url=server.url)
     return metrics, server
 
 
-def _elector(make_api, namespace: str, name: str, identity: str):
+def _elector(make_api, namespace: str, name: str, identity: str, log):
+    from ..reconciler.leader import LeaderElector
+
+    def started() -> None:
+        log("leader election", event="started leading", lease=f"{namespace}/{name}", identity=identity)
+
+    def stopped() -> None:
+        log("leader election", event="stopped leading", lease=f"{namespace}/{name}", identity=identity)
+
     try:
-        from ..reconciler.leader import LeaderElector
-    except ImportError:
-        raise UserError("leader election is not in this build (reconciler/leader.py): run with "
-                        "--no-leader-elect") from None
-    return LeaderElector(make_api(), namespace, name, identity)
+        return LeaderElector(make_api(), namespace, name, identity, on_started_leading=started,
+                             on_stopped_leading=stopped)
+    except ValueError as exc:
+        raise UsageError(f"leader election: {exc}") from None
 
 
 def _ledger():

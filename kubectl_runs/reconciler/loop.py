@@ -31,7 +31,7 @@ from .actions import AnyWrite, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
-from .status import STATUS_KINDS, BadObject, ObjKey, Stored, all_keys, status_writes
+from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, status_writes
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
@@ -77,7 +77,7 @@ class NullMetrics:
     def count_api_error(self, verb: str, resource: str, reason: str) -> None: ...
     def set_queue_depth(self, depth: int) -> None: ...
     def count_resolver_action(self, kind: str) -> None: ...
-    def update_fleet(self, snapshot: Any, at: Any) -> None: ...
+    def update_fleet(self, snapshot: Any, at: Any, book: Any = None) -> None: ...
     def set_leader(self, leader: bool) -> None: ...
     def set_ready(self, ready: bool) -> None: ...
 
@@ -251,17 +251,21 @@ class Reconciler:
         else:
             objects, everything = expand(keys, snapshot, bad)
         writes: list[AnyWrite] = []
+        evaluation = Evaluation(snapshot, at)
         if self.ledger is not None and self.settings.manage_leases:
             try:
                 writes += self.ledger(snapshot, at)
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
         try:
-            writes += status_writes(snapshot, at, stored, objects, bad)
+            writes += status_writes(snapshot, at, stored, objects, bad, evaluation)
         except Exception:
             writes += self._one_by_one(snapshot, at, stored, objects, bad)
         if everything:
-            self.metrics.update_fleet(snapshot, at)
+            try:
+                self.metrics.update_fleet(snapshot, at, evaluation.book)
+            except Exception as exc:
+                self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
         return self._unsaid(writes, bad), objects
 
     def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],

@@ -513,13 +513,15 @@ def status_writes(
     stored: Mapping[ObjKey, Stored],
     keys: Iterable[ObjKey] | None = None,
     bad: Mapping[ObjKey, BadObject] | None = None,
+    evaluation: Evaluation | None = None,
 ) -> list[AnyWrite]:
     """The status writes for ``keys`` (default: every Budget, Run and Reservation of the snapshot), in key
     order: only objects whose owned status keys differ from ``stored`` get a PatchStatus. ``bad`` objects get
-    their Warning Event and InvalidObject condition instead. Keys of objects that no longer exist are skipped."""
+    their Warning Event and InvalidObject condition instead. Keys of objects that no longer exist are skipped.
+    ``evaluation`` (of the same snapshot and instant) shares one ledger between several calls."""
     bad = bad or {}
     wanted = sorted(set(all_keys(snapshot) if keys is None else keys))
-    ev = Evaluation(snapshot, at)
+    ev = evaluation if evaluation is not None else Evaluation(snapshot, at)
     budgets = ev.budgets
     runs = snapshot.runs_by_key
     reservations = snapshot.reservations_by_key

@@ -25,18 +25,20 @@ from typing import Any, TextIO
 
 import msgspec
 
+from ..errors import UserError
 from ..model import Snapshot
 from ..timeutil import now_utc
 from .actions import AnyWrite, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
-from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, status_writes
+from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, next_change, status_writes
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
 GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
 ALL_KEY: ObjKey = (ALL, "", "")
+ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
 
@@ -225,6 +227,7 @@ class Reconciler:
         self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
         self.batches = 0
         self.resyncs = 0
+        self._wake_at: datetime | None = None
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -236,7 +239,8 @@ class Reconciler:
 
         for resource in RESOURCES:
             informer = Informer(resource, self.cache, self._make_api(), self.stop, log=self.log,
-                                count_error=self.metrics.count_api_error, watch=watch)
+                                count_error=self.metrics.count_api_error, watch=watch,
+                                max_failures=None if watch else ONCE_LIST_ATTEMPTS)
             self.informers.append(informer)
             informer.start()
 
@@ -261,12 +265,27 @@ class Reconciler:
             writes += status_writes(snapshot, at, stored, objects, bad, evaluation)
         except Exception:
             writes += self._one_by_one(snapshot, at, stored, objects, bad)
+        self._schedule_wake_up(snapshot, at)
         if everything:
             try:
                 self.metrics.update_fleet(snapshot, at, evaluation.book)
             except Exception as exc:
                 self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
         return self._unsaid(writes, bad), objects
+
+    def _schedule_wake_up(self, snapshot: Snapshot, at: datetime) -> None:
+        """Look at everything again just after the next instant a fact changes by itself (a window opens, an
+        ETA passes, a reservation's earliestStart arrives): such changes come with no event."""
+        if self.settings.once or self.settings.dry_run:
+            return
+        when = next_change(snapshot, at)
+        if when is None or when == self._wake_at:
+            return
+        delay = (when - at).total_seconds() + 1.0  # at has whole seconds; be just past the instant
+        if delay < self.settings.resync_period:  # else a resync comes first and schedules it then
+            self._wake_at = when
+            self.queue.add_after(ALL_KEY, delay)
+            self.log("wake-up scheduled", at=when.strftime("%Y-%m-%dT%H:%M:%SZ"), inSeconds=f"{delay:g}")
 
     def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
                     bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
@@ -331,7 +350,10 @@ class Reconciler:
         self.start_informers(watch=not once)
         self.log("starting", mode="dry-run" if self.settings.dry_run else "once" if once else "watch",
                  resyncPeriod=f"{self.settings.resync_period:g}s")
-        if not wait_synced(self.cache, self.stop):
+        if not wait_synced(self.cache, self.stop, informers=self.informers):
+            failed = next((i.failed for i in self.informers if i.failed), "")
+            if failed:
+                raise UserError(f"{failed} (gave up after {ONCE_LIST_ATTEMPTS} tries)")
             return False
         self.log("synced", **{k: v for k, v in self.cache.counts().items()})
         return True

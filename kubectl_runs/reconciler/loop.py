@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -38,6 +39,7 @@ FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
 GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
 ALL_KEY: ObjKey = (ALL, "", "")
+WRITERS = 4  # status writes in flight at once (independent objects)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
@@ -228,6 +230,7 @@ class Reconciler:
         self.batches = 0
         self.resyncs = 0
         self._wake_at: datetime | None = None
+        self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -246,19 +249,21 @@ class Reconciler:
 
     # --- one evaluation -------------------------------------------------------------------------------------
 
-    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], set[ObjKey]]:
-        """The writes for ``keys`` (None: everything) from the cache as it is now, and the object keys looked
-        at. An object whose evaluation fails is logged and left out (and retried), never the whole batch."""
+    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], list[AnyWrite]]:
+        """The writes for ``keys`` (None: everything) from the cache as it is now: the ledger keeper's (in the
+        order it gives them) and the status writes (one per object, independent of each other). An object
+        whose evaluation fails is logged and left out (and retried), never the whole batch."""
         snapshot, stored, bad = self.cache.view()
         if keys is None:
             objects, everything = set(all_keys(snapshot)) | set(bad), True
         else:
             objects, everything = expand(keys, snapshot, bad)
         writes: list[AnyWrite] = []
+        ledger_writes: list[AnyWrite] = []
         evaluation = Evaluation(snapshot, at)
         if self.ledger is not None and self.settings.manage_leases:
             try:
-                writes += self.ledger(snapshot, at)
+                ledger_writes = list(self.ledger(snapshot, at))
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
         try:
@@ -271,7 +276,7 @@ class Reconciler:
                 self.metrics.update_fleet(snapshot, at, evaluation.book)
             except Exception as exc:
                 self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
-        return self._unsaid(writes, bad), objects
+        return ledger_writes, self._unsaid(writes, bad)
 
     def _schedule_wake_up(self, snapshot: Snapshot, at: datetime) -> None:
         """Look at everything again just after the next instant a fact changes by itself (a window opens, an
@@ -311,11 +316,16 @@ class Reconciler:
             out.append(write)
         return out
 
-    def apply(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
-        outcomes = []
-        for write in writes:
-            outcome = self.applier.apply(write, at)
-            outcomes.append(outcome)
+    def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
+        """``ordered`` one after the other (the ledger's writes may depend on each other), then
+        ``independent`` (one status write per object) on WRITERS threads."""
+        outcomes = [self.applier.apply(write, at) for write in ordered]
+        if len(independent) > 1:
+            outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
+        else:
+            outcomes += [self.applier.apply(write, at) for write in independent]
+        for outcome in outcomes:
+            write = outcome.write
             if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":
                 key = (write.kind, write.namespace, write.name)
                 _snapshot, _stored, bad = self.cache.view()
@@ -325,9 +335,9 @@ class Reconciler:
     def process(self, keys: list[ObjKey]) -> None:
         started = time.monotonic()
         at = self.clock()
-        writes, _objects = self.compute(keys, at)
+        ledger_writes, writes = self.compute(keys, at)
         failed: set[ObjKey] = set()
-        for outcome in self.apply(writes, at):
+        for outcome in self.apply(ledger_writes, writes, at):
             if outcome.retry:
                 write = outcome.write
                 key = (write.kind, write.namespace, write.name)
@@ -364,16 +374,20 @@ class Reconciler:
         if not self.sync():
             return 1
         at = self.clock()
-        writes, _ = self.compute(None, at)
+        ledger_writes, status = self.compute(None, at)
+        writes = ledger_writes + status
         if self.settings.dry_run:
             self.out.write(msgspec.json.encode(writes).decode() + "\n")
             self.out.flush()
             self.log("dry-run", writes=len(writes))
             return 0
-        pending = writes
+        ordered, independent = ledger_writes, status
+        pending: list[AnyWrite] = []
         for attempt in range(self.settings.once_attempts):
-            outcomes = self.apply(pending, at)
+            outcomes = self.apply(ordered, independent, at)
             pending = [o.write for o in outcomes if o.retry]
+            again = {id(w) for w in pending}
+            ordered, independent = [w for w in ordered if id(w) in again], [w for w in independent if id(w) in again]
             if not pending or self.stop.is_set():
                 break
             self.stop.wait(min(5.0, 0.2 * 2**attempt))
@@ -433,6 +447,7 @@ class Reconciler:
     def shutdown(self) -> None:
         self.stop.set()
         self.queue.shutdown()
+        self._pool.shutdown(wait=True)
         for informer in self.informers:
             informer.close()
         self.log("stopped", batches=self.batches, **{f"writes_{k}": v for k, v in sorted(self.applier.counts.items())})

@@ -219,6 +219,10 @@ def budget_status(ev: Evaluation, namespace: str, name: str, generation: int) ->
     return status, drift
 
 
+def _clip(when: datetime, start: datetime, end: datetime) -> datetime:
+    return min(max(when, start), end)
+
+
 def _hours(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -237,8 +241,8 @@ def envelopes_equal(desired: list[dict], stored: Any, drift: Mapping[str, tuple]
         }:
             return False
         rate, start, end = drift[want["name"]]
-        lo, hi = max(since, start), min(at, end)
-        gained = rate * max(0.0, (hi - lo).total_seconds()) / 3600.0
+        # Signed: a replica whose clock is behind the one that wrote updatedAt projects backwards, exactly.
+        gained = rate * (_clip(at, start, end) - _clip(since, start, end)).total_seconds() / 3600.0
         try:
             stored_hours = _hours(have.get("consumedGPUHours"))
             stored_headroom = _hours(have.get("gpuHoursHeadroom"))
@@ -495,6 +499,38 @@ def event_name(bad_name: str, uid: str, message: str) -> str:
     """A deterministic Event name: the same complaint about the same object is created once (409 = done)."""
     digest = hashlib.sha256(f"{uid}|{message}".encode()).hexdigest()[:16]
     return f"{bad_name[:200]}.{digest}"
+
+
+# --- when the facts change by themselves --------------------------------------------------------------------
+
+
+def next_change(snapshot: Snapshot, at: datetime) -> datetime | None:
+    """The first instant after ``at`` at which something the engine reads changes with no event: an envelope
+    window opening or closing, a lease starting or ending, a reported ETA passing, a pending Reservation's
+    earliestStart arriving. The loop looks at everything again then (instead of at the next resync)."""
+    soonest: datetime | None = None
+
+    def consider(when: datetime | None) -> None:
+        nonlocal soonest
+        if when is not None and when > at and (soonest is None or when < soonest):
+            soonest = when
+
+    for budget in snapshot.budgets:
+        for envelope in budget.spec.envelopes:
+            consider(envelope.start)
+            consider(envelope.end)
+    for lease in snapshot.leases:
+        consider(lease.spec.start)
+        if lease.status.closed:
+            consider(lease.status.ended)
+    for run in snapshot.runs:
+        eta = run.status.eta
+        if eta is not None:
+            consider(eta.estimated_completion)
+    for reservation in snapshot.reservations:
+        if reservation.status.state in (None, "Pending"):
+            consider(reservation.spec.earliest_start)
+    return soonest
 
 
 # --- the entry point ---------------------------------------------------------------------------------------

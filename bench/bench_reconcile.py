@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from controlplane import ControlPlane  # noqa: E402
+from controlplane import ControlPlane, _die_with_parent  # noqa: E402
 from fleet import upload  # noqa: E402
 
 API = "/apis/jobtree.dev/v1alpha1"
@@ -156,7 +156,7 @@ class Reconciler:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubectl_runs", "reconcile", "--no-leader-elect", "--metrics-addr",
              "127.0.0.1:0", "--resync-period", f"{resync:g}s"], stdout=subprocess.DEVNULL, stderr=self._out,
-            env=env, cwd=str(ROOT))
+            env=env, cwd=str(ROOT), preexec_fn=_die_with_parent)  # never outlives the benchmark
         self.url = None
 
     def lines(self) -> list[str]:

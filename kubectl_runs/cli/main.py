@@ -18,6 +18,9 @@ from .options import global_options
 
 PROG = "kubectl runs"
 
+# click >= 8.2 raises this (a UsageError, exit 2) for a group given no arguments; older clicks print the help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 # name -> (module, attribute, one-line help); the help is here so that --help needs no import.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "budgets": ("kubectl_runs.cli.budgets", "budgets", "Budgets: how much of each envelope is used and left."),
@@ -75,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
         return done.exit_code
+    except _NO_ARGS_IS_HELP as exc:
+        # A command group with nothing after it (`kubectl runs`, `kubectl runs budgets`): its help, on stdout,
+        # exit 0, as kubectl does for `kubectl config`.
+        click.echo(exc.ctx.get_help())
+        return int(ExitCode.OK)
     except click.UsageError as exc:
         # kubectl's shape: the problem on one line, then where to read about the command.
         message = exc.format_message().replace("\n", " ")
@@ -90,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except UserError as exc:
         click.echo(f"error: {exc.message}", err=True)
+        if exc.code == ExitCode.USAGE:  # raised outside a command's context (usage_errors converts the rest)
+            click.echo(f"See '{PROG} --help' for usage.", err=True)
         return int(exc.code)
     except KeyboardInterrupt:
         return 130

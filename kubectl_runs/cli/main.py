@@ -75,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("error: standard output is closed: there is nowhere to print the result", err=True)
         return int(ExitCode.FAILED)
     try:
+        return _main(args)
+    except BrokenPipeError:  # while printing help or an error's companion line
+        _silence_stdout()
+        return int(ExitCode.FAILED)
+    except OSError as exc:
+        return _write_failed(exc)
+
+
+def _main(args: list[str]) -> int:
+    try:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
         return done.exit_code

@@ -227,11 +227,13 @@ def _timeout_of(exc: BaseException) -> tuple[str, float | None] | None:
     """("connect" | "read", the limit in seconds if urllib3 said it) when a transport error is a timeout.
     urllib3 wraps them (MaxRetryError.reason); a TLS handshake that never ends is a read timeout of the
     connect limit."""
-    from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
 
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 5:
+        if isinstance(current, NewConnectionError):  # a subclass of ConnectTimeoutError, for history's sake
+            return None
         if isinstance(current, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
             match = _TIMEOUT_IN_TEXT.search(str(current))
             phase = "connect" if isinstance(current, ConnectTimeoutError) else "read"
@@ -317,11 +319,12 @@ def _retry_class() -> type:
     """A urllib3 Retry that retries once (a pooled connection the server dropped), but not a timeout: a
     request that timed out is given up on at once, so the limit said in the error is the time waited."""
     import urllib3
-    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, ReadTimeoutError
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ReadTimeoutError
 
     class RetryButNotTimeouts(urllib3.Retry):
         def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):  # type: ignore[no-untyped-def]
-            if isinstance(error, (ConnectTimeoutError, ReadTimeoutError)):
+            timed_out = isinstance(error, (ConnectTimeoutError, ReadTimeoutError))
+            if timed_out and not isinstance(error, NewConnectionError):  # (refused: a subclass, not a timeout)
                 raise MaxRetryError(_pool, url, error) from error  # type: ignore[arg-type]
             return super().increment(method, url, response, error, _pool, _stacktrace)
 

@@ -129,8 +129,9 @@ CORPUS: list[Case] = [
                                                        "-o", fmt],
            1, "cannot write to standard output: No space left on device", stdout=None, shell=">/dev/full")
       for fmt in ("table", "json", "yaml", "csv")),
-    Case("stdout-full-help", {}, ["--help"], 1, "cannot write to standard output: No space left on device",
-         stdout=None, shell=">/dev/full"),
+    *(Case(f"stdout-full-{'-'.join(words) or 'bare'}", {}, words, 1,
+           "cannot write to standard output: No space left on device", stdout=None, shell=">/dev/full")
+      for words in (["--help"], [], ["budgets"])),
 ]
 
 

@@ -163,3 +163,18 @@ def test_through_the_console_script(tmp_path, silent):
     )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == f"error: the server at {url} did not answer within 1s (--request-timeout)\n"
+
+
+def test_a_refused_connection_is_not_a_timeout(tmp_path, capsys):
+    """urllib3's NewConnectionError is a subclass of its ConnectTimeoutError: a refused connection must still
+    say refused, at once."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    url = f"http://127.0.0.1:{port}"
+    code, out, err, elapsed = run(capsys, ["budgets", "usage", "--kubeconfig", kubeconfig(tmp_path, url)])
+    assert (code, out) == (1, "")
+    assert err == (f"error: unable to connect to the server at {url}: connection refused (is the cluster up, and is "
+                   "this the right kubeconfig context?)\n")
+    assert elapsed < 4

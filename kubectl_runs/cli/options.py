@@ -70,6 +70,7 @@ class GlobalOptions:
         if self.namespace and self.namespace != namespace:
             raise UsageError(f"{kind} {name} is in namespace {namespace}, but -n says {self.namespace}: "
                              "give one of them")
+        self.namespace = namespace  # exactly -n NAMESPACE: also the namespace read when RBAC refuses the rest
         return namespace, short
 
     def find(self, kind: str, name: str, by_key: Mapping[str, T]) -> T:

@@ -34,15 +34,15 @@ class Write(msgspec.Struct, frozen=True, tag_field="action", kw_only=True):
         return f"{self.namespace}/{self.name}"
 
 
-class PatchStatus(Write, frozen=True, tag="PatchStatus"):
+class PatchStatus(Write, frozen=True, tag="PatchStatus", kw_only=True):
     status: dict[str, Any]
 
 
-class Create(Write, frozen=True, tag="Create"):
+class Create(Write, frozen=True, tag="Create", kw_only=True):
     body: dict[str, Any]
 
 
-class RecordEvent(Write, frozen=True, tag="RecordEvent"):
+class RecordEvent(Write, frozen=True, tag="RecordEvent", kw_only=True):
     type: Literal["Normal", "Warning"] = "Warning"
     reason: str
     message: str

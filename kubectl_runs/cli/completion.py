@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from .options import usage_errors
 
 PROG_NAME = "kubectl-runs"
 COMPLETE_VAR = "_KUBECTL_RUNS_COMPLETE"
@@ -73,20 +74,23 @@ def _complete_names(ctx: click.Context, attribute: str, kind: str, incomplete: s
     from click.shell_completion import CompletionItem
 
     try:
+        # NAMESPACE/NAME: the names in that namespace, written with it.
+        namespace, slash, _ = incomplete.rpartition("/")
+        prefix = f"{namespace}/" if slash else ""
         with _quiet():
-            names = _names(ctx, attribute, kind)
-        return [CompletionItem(name) for name in sorted(set(names)) if name.startswith(incomplete)]
+            names = _names(ctx, attribute, kind, namespace or None)
+        return [CompletionItem(prefix + name) for name in sorted(set(names)) if (prefix + name).startswith(incomplete)]
     except BaseException:  # completion must never print a traceback, whatever happened
         return []
 
 
-def _names(ctx: click.Context, attribute: str, kind: str) -> Iterable[str]:
+def _names(ctx: click.Context, attribute: str, kind: str, namespace: str | None = None) -> Iterable[str]:
     from dataclasses import replace
 
     from .options import GlobalOptions
 
     opts = GlobalOptions.of(ctx)
-    namespace = opts.object_namespace()
+    namespace = namespace or opts.object_namespace()
     source = opts.source(namespace)
     if source.live and source.request_timeout is None:
         source = replace(source, request_timeout=COMPLETION_TIMEOUT)
@@ -203,6 +207,7 @@ def _shell_choices(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 @click.command("completion", cls=_CompletionCommand)
 @click.argument("shell", metavar="SHELL", shell_complete=_shell_choices)
+@usage_errors
 @click.pass_context
 def completion(ctx: click.Context, shell: str, words: tuple[str, ...] = ()) -> None:
     """Print a shell completion script: bash, zsh or fish (for `kubectl-runs …`), or kubectl (the

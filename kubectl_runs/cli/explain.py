@@ -14,7 +14,7 @@ from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Secti
 from ..timeutil import parse_time
 from .completion import complete_runs
 from .options import GlobalOptions, global_options
-from .plan import find_run, forecast_lines, plan_sections, when_text, wrapped
+from .plan import forecast_lines, plan_sections, when_text, wrapped
 
 RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
 
@@ -29,7 +29,8 @@ def explain(ctx: click.Context, run_name: str) -> None:
     leases, and its preemption history — each preempting reservation with its seed, checked as
     `kubectl runs seeds verify` does. Against a cluster it also shows the run's recent Events.
 
-    RUN is looked up in the namespace of -n, else of the kubeconfig context, else default.
+    RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
+    else default; with -A in every namespace (it must be unique there).
 
     \b
     Examples:
@@ -39,9 +40,10 @@ def explain(ctx: click.Context, run_name: str) -> None:
     """
     opts = GlobalOptions.of(ctx)
     fmt = opts.output_format(OBJECT_FORMATS)
-    namespace = opts.object_namespace()
+    opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
     snapshot = opts.load(None)
-    run = find_run(snapshot, namespace, run_name)
+    run = opts.find("run", run_name, snapshot.runs_by_key)
+    namespace = run.metadata.namespace
     at = opts.evaluation_time(snapshot)
     events = None
     if not opts.snapshots:  # live: the run's Events too (a snapshot has none)

@@ -18,6 +18,9 @@ from .options import global_options
 
 PROG = "kubectl runs"
 
+# click >= 8.2 raises this (a UsageError, exit 2) for a group given no arguments; older clicks print the help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 # name -> (module, attribute, one-line help); the help is here so that --help needs no import.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "budgets": ("kubectl_runs.cli.budgets", "budgets", "Budgets: how much of each envelope is used and left."),
@@ -25,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "explain": ("kubectl_runs.cli.explain", "explain", "Everything about one run: width, funding, plan, leases, preemptions."),
     "leases": ("kubectl_runs.cli.leases", "leases", "Leases: who used which GPUs, and was the ledger honest."),
     "plan": ("kubectl_runs.cli.plan", "plan", "Why a run is not starting, and what would fix it."),
+    "reconcile": ("kubectl_runs.cli.reconcile", "reconcile", "The companion reconciler: write plans and usage into status."),
     "seeds": ("kubectl_runs.cli.seeds", "seeds", "Preemption seeds: replay and verify recorded lotteries."),
     "snapshot": ("kubectl_runs.cli.snapshot", "snapshot", "Save the objects kubectl-runs reads, for offline use."),
     "version": ("kubectl_runs.cli.version", "version", "Print the version, commit, Python and platform."),
@@ -72,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
         return done.exit_code
+    except _NO_ARGS_IS_HELP as exc:
+        # A command group with nothing after it (`kubectl runs`, `kubectl runs budgets`): its help, on stdout,
+        # exit 0, as kubectl does for `kubectl config`.
+        click.echo(exc.ctx.get_help())
+        return int(ExitCode.OK)
     except click.UsageError as exc:
         # kubectl's shape: the problem on one line, then where to read about the command.
         message = exc.format_message().replace("\n", " ")
@@ -87,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except UserError as exc:
         click.echo(f"error: {exc.message}", err=True)
+        if exc.code == ExitCode.USAGE:  # raised outside a command's context (usage_errors converts the rest)
+            click.echo(f"See '{PROG} --help' for usage.", err=True)
         return int(exc.code)
     except KeyboardInterrupt:
         return 130

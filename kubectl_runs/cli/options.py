@@ -3,16 +3,17 @@ words: ``kubectl runs -o json budgets usage`` and ``kubectl runs budgets usage -
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..errors import UserError
+from ..errors import ExitCode, UsageError, UserError
 from ..timeutil import now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
+
+T = TypeVar("T")
 
 LOADED: list[Snapshot] = []  # the snapshot of the command that ran last (see GlobalOptions.load)
 
@@ -51,6 +54,48 @@ class GlobalOptions:
         from ..sources import default_namespace
 
         return self.namespace or default_namespace(self.kubeconfig, self.context)
+
+    def object_ref(self, kind: str, name: str) -> tuple[str | None, str]:
+        """The namespace and name of the one object a command is about (``plan RUN``, ``explain RUN``,
+        ``seeds verify RESERVATION``): ``NAMESPACE/NAME``, else ``NAME`` in ``-n``, else in the kubeconfig
+        context's namespace, else ``default``. With ``-A`` and a bare ``NAME`` the namespace is None: every
+        namespace is searched (``find``). A ``NAMESPACE/`` that contradicts ``-n`` is a usage error."""
+        namespace, slash, short = name.rpartition("/")
+        if not slash:
+            if self.all_namespaces:
+                return None, name
+            return self.object_namespace(), name
+        if not namespace or not short or "/" in namespace:
+            raise UsageError(f"{kind} {name!r}: write NAME or NAMESPACE/NAME")
+        if self.namespace and self.namespace != namespace:
+            raise UsageError(f"{kind} {name} is in namespace {namespace}, but -n says {self.namespace}: "
+                             "give one of them")
+        return namespace, short
+
+    def find(self, kind: str, name: str, by_key: Mapping[str, T]) -> T:
+        """The object ``name`` (as ``object_ref`` reads it) among ``by_key`` (``namespace/name`` -> object).
+        Not found: say in which other namespaces an object of that name is. With ``-A`` and a bare name: the
+        one object of that name in any namespace, or an error listing them when there are several."""
+        namespace, short = self.object_ref(kind, name)
+        if namespace is not None:
+            found = by_key.get(f"{namespace}/{short}")
+            if found is not None:
+                return found
+        elsewhere = sorted(k.rpartition("/")[0] for k in by_key if k.rpartition("/")[2] == short)
+        if namespace is None:  # -A: search every namespace
+            if len(elsewhere) == 1:
+                return by_key[f"{elsewhere[0]}/{short}"]
+            if not elsewhere:
+                raise UserError(f"{kind} {short} not found in any namespace")
+            raise UserError(f"{len(elsewhere)} {kind}s are named {short}: "
+                            f"{', '.join(f'{ns}/{short}' for ns in elsewhere)} (name one as NAMESPACE/NAME)")
+        if not elsewhere:
+            raise UserError(f"{kind} {namespace}/{short} not found")
+        if len(elsewhere) == 1:
+            raise UserError(f"{kind} {namespace}/{short} not found; a {kind} of that name is in {elsewhere[0]} "
+                            f"(use -n {elsewhere[0]})")
+        raise UserError(f"{kind} {namespace}/{short} not found; {kind}s of that name are in "
+                        f"{', '.join(elsewhere)} (use -n NAMESPACE or NAMESPACE/NAME)")
 
     def report_namespace(self) -> str | None:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
@@ -175,8 +220,25 @@ _GLOBAL_OPTIONS = (
 )
 
 
+def usage_errors(command: Callable) -> Callable:
+    """A usage error a command finds itself (``-o csv`` where it prints no table, ``--by`` twice) reaches
+    ``main`` as click's own, with the command's context: the error line and then ``See '… --help'``."""
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except UserError as exc:
+            if exc.code != ExitCode.USAGE:
+                raise
+            raise click.UsageError(exc.message, ctx=click.get_current_context(silent=True)) from None
+
+    return checked
+
+
 def global_options(command: Callable) -> Callable:
-    """Give a command (or group) every global flag."""
+    """Give a command (or group) every global flag (and usage errors in kubectl's shape)."""
+    command = usage_errors(command)
     for option in reversed(_GLOBAL_OPTIONS):
         command = option(command)
     return command

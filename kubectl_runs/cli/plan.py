@@ -30,19 +30,20 @@ def plan(ctx: click.Context, run_name: str) -> None:
     order the resolver applies them, and the earliest start that reported completion times and budget
     windows support.
 
-    RUN is looked up in the namespace of -n, else of the kubeconfig context, else default.
+    RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
+    else default; with -A in every namespace (it must be unique there).
 
     \b
     Examples:
       kubectl runs plan pretrain-32 -n rai-sys
-      kubectl runs plan pretrain-32 -n rai-sys -o json
+      kubectl runs plan rai-sys/pretrain-32 -o json
       kubectl runs plan mi-sweep -n ai-platform --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
     """
     opts = GlobalOptions.of(ctx)
     fmt = opts.output_format(OBJECT_FORMATS)
-    namespace = opts.object_namespace()
+    opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
     snapshot = opts.load(None)  # every namespace: ancestors, siblings and sponsors live elsewhere
-    run = find_run(snapshot, namespace, run_name)
+    run = opts.find("run", run_name, snapshot.runs_by_key)
     at = opts.evaluation_time(snapshot)
     result = plan_run(snapshot, run, at)
     opts.print(plan_document(result, fmt), fmt)

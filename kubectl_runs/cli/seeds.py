@@ -27,12 +27,14 @@ def verify_command(ctx: click.Context, reservation: str | None) -> int:
     (status.activation) and compare them with its recorded actions and with the victim leases'
     closureReason and status.preemption. Prints "verified", or each difference and exits 1.
 
-    Without RESERVATION: every activated Reservation in the namespaces the report covers (all unless -n).
+    RESERVATION is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig
+    context, else default; with -A in every namespace (it must be unique there). Without RESERVATION: every
+    activated Reservation in the namespaces the report covers (all unless -n).
 
     \b
     Examples:
       kubectl runs seeds verify -A
-      kubectl runs seeds verify pretrain-32-r1 -n rai-sys -o json
+      kubectl runs seeds verify rai-sys/pretrain-32-r1 -o json
       kubectl runs seeds verify --snapshot fleet.yaml
     """
     opts = GlobalOptions.of(ctx)
@@ -40,11 +42,10 @@ def verify_command(ctx: click.Context, reservation: str | None) -> int:
     # Victim leases live in any namespace, so everything readable is loaded and the reservations are
     # narrowed here rather than by the source.
     if reservation is not None:
-        namespace = opts.object_namespace()
+        opts.object_ref("reservation", reservation)  # a malformed name fails before anything is loaded
         snapshot = opts.load(None)
-        found = snapshot.reservations_by_key.get(f"{namespace}/{reservation}")
-        if found is None:
-            raise UserError(f"reservation {namespace}/{reservation} not found")
+        found = opts.find("reservation", reservation, snapshot.reservations_by_key)
+        namespace = found.metadata.namespace
         if not is_activated(found):
             state = found.status.state or "Pending"
             raise UserError(f"reservation {found.key} is not activated (state {state}): it has no draw to verify")

@@ -46,6 +46,7 @@ class RecordEvent(Write, frozen=True, tag="RecordEvent", kw_only=True):
     type: Literal["Normal", "Warning"] = "Warning"
     reason: str
     message: str
+    uid: str = ""  # of the object the Event is about (involvedObject.uid); "" when unknown
 
 
 AnyWrite = PatchStatus | Create | RecordEvent

@@ -207,7 +207,8 @@ def test_empty_window(capsys, fleet_file):
          "error: --since (2025-11-03T00:00:00Z) must be before --until (2025-11-02T00:00:00Z)\n"),
         (("--since", "99999999d"), 1, "error: --since: '99999999d' reaches back before 1970\n"),
         # flags used wrongly are bad usage, exit 2
-        (("--by", "owner", "--by", "owner"), 2, "error: --by: each dimension at most once (got owner, owner)\n"),
+        (("--by", "owner", "--by", "owner"), 2, "error: --by: each dimension at most once (got owner, owner)\n"
+                                                 "See 'kubectl runs leases audit --help' for usage.\n"),
     ],
     ids=["bad-time", "empty-window", "out-of-range", "repeated-by"],
 )

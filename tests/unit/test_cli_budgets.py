@@ -280,7 +280,8 @@ def test_no_budgets_at_all(tmp_path, monkeypatch, capsys):
 def test_a_bad_output_format_is_a_usage_error(fleet, capsys, fmt, allowed):
     assert usage(capsys, "-o", fmt) == (
         2, "",
-        f'error: unable to match a printer suitable for the output format "{fmt}", allowed formats are: {allowed}\n',
+        f'error: unable to match a printer suitable for the output format "{fmt}", allowed formats are: {allowed}\n'
+        "See 'kubectl runs budgets usage --help' for usage.\n",
     )
 
 

@@ -167,7 +167,7 @@ def test_an_output_format_plan_cannot_print_is_a_usage_error(capsys, fleet):
     code, out, err = run_cli(capsys, "plan", "job", "-n", "team", "--snapshot", fleet, "-o", "csv")
     assert (code, out) == (2, "")
     assert err == ('error: unable to match a printer suitable for the output format "csv", allowed formats are: '
-                   "json,table,wide,yaml\n")
+                   "json,table,wide,yaml\nSee 'kubectl runs plan --help' for usage.\n")
 
 
 def test_a_missing_run_argument_is_a_usage_error(capsys, fleet):

@@ -145,7 +145,8 @@ def test_a_namespace_without_activations_has_nothing_to_verify(capsys):
     ("args", "message"),
     [
         (["nope", "-n", "rai-sys"], 'error: reservation rai-sys/nope not found\n'),
-        (["bench-16-r1"], 'error: reservation default/bench-16-r1 not found\n'),
+        (["bench-16-r1"], "error: reservation default/bench-16-r1 not found; a reservation of that name is in rai-sys "
+                          "(use -n rai-sys)\n"),
         (["pretrain-32-r1", "-n", "rai-sys"],
          "error: reservation rai-sys/pretrain-32-r1 is not activated (state Pending): it has no draw to verify\n"),
     ],
@@ -162,6 +163,7 @@ def test_csv_is_not_an_output_of_seeds_verify(capsys):
     assert err == (
         'error: unable to match a printer suitable for the output format "csv", '
         "allowed formats are: json,table,wide,yaml\n"
+        "See 'kubectl runs seeds verify --help' for usage.\n"
     )
 
 

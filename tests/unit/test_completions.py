@@ -77,7 +77,8 @@ def test_unknown_shell_is_bad_usage(capsys):
     assert main(["completion", "tcsh"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == 'error: unsupported shell "tcsh": choose one of bash, zsh, fish, kubectl\n'
+    assert err == ('error: unsupported shell "tcsh": choose one of bash, zsh, fish, kubectl\n'
+                   "See 'kubectl runs completion --help' for usage.\n")
 
 
 # --- kubectl_complete-runs: the words after `kubectl runs`, cobra's output format ------------------------------
@@ -161,8 +162,12 @@ def _complete(args: list[str], incomplete: str) -> list[str]:
         (["-n", "nobody"], "", []),
         (["-n", "rai-sys", "train-16"], "", ["pretrain-32-r1"]),
         (["-n", "shared-lab", "lab-job", "x"], "lab-", ["lab-a", "lab-b"]),
+        (["-n", "rai-eval"], "rai-sys/", ["rai-sys/elastic-24", "rai-sys/pretrain-32", "rai-sys/train-16"]),
+        ([], "rai-sys/tr", ["rai-sys/train-16"]),
+        (["rai-sys/train-16"], "rai-sys/p", ["rai-sys/pretrain-32-r1"]),
     ],
-    ids=["runs", "runs-prefix", "other-namespace", "empty-namespace", "reservations", "budgets"],
+    ids=["runs", "runs-prefix", "other-namespace", "empty-namespace", "reservations", "budgets",
+         "namespace-slash-name", "namespace-slash-prefix", "reservation-namespace-slash-name"],
 )
 def test_names_from_the_snapshot(fleet, args, incomplete, expected):
     assert _complete(["--snapshot", fleet, *args], incomplete) == expected

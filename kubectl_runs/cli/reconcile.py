@@ -1,0 +1,152 @@
+"""``kubectl runs reconcile``: the companion reconciler (API.md §6, docs/reconciler.md).
+
+The kubernetes client and the reconciler are imported inside the command, so ``kubectl runs --help`` stays
+fast."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+
+import click
+
+from ..errors import UsageError, UserError
+from .options import GlobalOptions, global_options
+
+DEFAULT_LEADER_NAMESPACE = "kubectl-runs-system"
+DEFAULT_LEADER_ID = "kubectl-runs-reconciler"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise UsageError(f"{flag}: {text!r} is not a duration (examples: 30s, 5m, 1h)")
+    seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if seconds <= 0:
+        raise UsageError(f"{flag}: must be more than 0")
+    return seconds
+
+
+def leader_namespace(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    try:
+        with open(_IN_CLUSTER_NAMESPACE, encoding="utf-8") as handle:
+            return handle.read().strip() or DEFAULT_LEADER_NAMESPACE
+    except OSError:
+        return DEFAULT_LEADER_NAMESPACE
+
+
+@click.command("reconcile")
+@click.option("--once", is_flag=True, help="Reconcile everything once and exit (no watch, no leader election).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the writes it would make as one JSON document (a list of actions) and make none; "
+                   "implies --once.")
+@click.option("--manage-leases", is_flag=True,
+              help="Also keep the GPULease ledger: mint and close leases, create and activate Reservations.")
+@click.option("--resync-period", default="5m", show_default=True, metavar="DURATION",
+              help="Look at every object again this often, changed or not.")
+@click.option("--metrics-addr", default=":8080", show_default=True, metavar="ADDR",
+              help="Serve /metrics, /healthz and /readyz here (HOST:PORT or :PORT); 0 disables.")
+@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True,
+              help="Run as one of several replicas: only the holder of a coordination.k8s.io Lease writes.")
+@click.option("--leader-election-namespace", metavar="NS",
+              help=f"Namespace of the Lease (default: the pod's namespace in a cluster, else "
+                   f"{DEFAULT_LEADER_NAMESPACE}).")
+@click.option("--leader-election-id", default=DEFAULT_LEADER_ID, show_default=True, metavar="NAME",
+              help="Name of the Lease.")
+@click.option("--identity", metavar="ID", help="This replica's name in the Lease (default: <hostname>_<pid>).")
+@global_options
+@click.pass_context
+def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool, resync_period: str,
+              metrics_addr: str, leader_elect: bool, leader_election_namespace: str | None,
+              leader_election_id: str, identity: str | None) -> int:
+    """Watch Budgets, Runs, Reservations, GPULeases and Nodes and write what the reports compute into status:
+    Budget usage and headroom per envelope, Run width/funding/plan/phase with Ready, Funded and Placeable
+    conditions, Reservation forecasts. Only status, only when it changed (a resync of an unchanged fleet writes
+    nothing). Logs one line per action on stderr (logfmt). SIGTERM stops it after the write in flight.
+
+    \b
+    Examples:
+      kubectl runs reconcile --no-leader-elect --metrics-addr 0      # one replica, on a laptop
+      kubectl runs reconcile --dry-run                                # what would it write? (JSON)
+      kubectl runs reconcile --once                                   # write it, once, and exit
+    """
+    opts = GlobalOptions.of(ctx)
+    if opts.snapshots:
+        raise UsageError("reconcile works on a live cluster: --snapshot cannot be used with it")
+    period = parse_duration(resync_period, "--resync-period")
+    once = once or dry_run
+    from ..reconciler.loop import Logger, Reconciler, Settings, make_api_factory
+
+    log = Logger()
+    source = opts.source(None)
+    make_api = make_api_factory(source)
+    settings = Settings(once=once, dry_run=dry_run, resync_period=period, manage_leases=manage_leases,
+                        request_timeout=opts.timeout_seconds() or 30.0)
+    metrics = server = elector = None
+    if not once and metrics_addr not in ("0", ""):
+        metrics, server = _metrics(metrics_addr, log, leader_elect)
+    if not once and leader_elect:
+        elector = _elector(make_api, leader_namespace(leader_election_namespace), leader_election_id,
+                           identity or f"{socket.gethostname()}_{os.getpid()}", log)
+    ledger = _ledger() if manage_leases else None
+    reconciler = Reconciler(make_api, settings, log=log, metrics=metrics, elector=elector, ledger=ledger)
+
+    def stop(signum, _frame) -> None:
+        log("signal", signal=signal.Signals(signum).name)
+        reconciler.stop.set()
+        reconciler.queue.shutdown()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        if elector is not None:
+            elector.start()
+        return reconciler.run()
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+        if server is not None:
+            server.shutdown()
+
+
+def _metrics(addr: str, log, leader_elect: bool) -> tuple[object, object]:
+    from ..reconciler.metrics import ReconcilerMetrics, serve
+
+    metrics = ReconcilerMetrics(leader_election=leader_elect)
+    try:
+        server = serve(addr, metrics)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--metrics-addr {addr}: cannot serve metrics: {getattr(exc, 'strerror', None) or exc}") from None
+    log("serving metrics", addr=addr, url=server.url)
+    return metrics, server
+
+
+def _elector(make_api, namespace: str, name: str, identity: str, log):
+    from ..reconciler.leader import LeaderElector
+
+    def started() -> None:
+        log("leader election", event="started leading", lease=f"{namespace}/{name}", identity=identity)
+
+    def stopped() -> None:
+        log("leader election", event="stopped leading", lease=f"{namespace}/{name}", identity=identity)
+
+    try:
+        return LeaderElector(make_api(), namespace, name, identity, on_started_leading=started,
+                             on_stopped_leading=stopped)
+    except ValueError as exc:
+        raise UsageError(f"leader election: {exc}") from None
+
+
+def _ledger():
+    try:
+        from ..reconciler.ledger import plan_ledger
+    except ImportError:
+        raise UserError("--manage-leases is not in this build yet (reconciler/ledger.py)") from None
+    return plan_ledger

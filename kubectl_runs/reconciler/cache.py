@@ -1,0 +1,412 @@
+"""The reconciler's view of the cluster: list+watch informers for Budgets, Runs, Reservations, GPULeases and
+Nodes, and the one in-memory copy of the objects they keep.
+
+Each informer lists its kind (paginated), remembers the list's resourceVersion, then watches from it with
+``allowWatchBookmarks`` (bookmarks only move the resourceVersion forward). A watch that ends is resumed from the
+last resourceVersion seen; a 410 Gone (the version is too old, or an ERROR event saying so) starts over with a
+fresh list, whose differences from the cache are delivered as changes. Other failures back off exponentially
+and are counted; an informer never gives up.
+
+The store keeps, per object, the typed model record (what the engine reads), the ``status`` as stored (for
+the kinds the reconciler writes status to: the diff compares against it) and its resourceVersion. An object
+the model refuses is kept as a ``BadObject`` naming the field, outside the snapshot. ``snapshot()`` builds the
+immutable Snapshot the pure code evaluates (cached until something changes)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..model import KINDS, Snapshot
+from ..sources.cluster import RESOURCES, Resource, _status_message
+from ..sources.files import _field_error
+from .status import STATUS_KINDS, BadObject, ObjKey, Stored
+
+WATCH_TIMEOUT_SECONDS = 300  # the server ends a watch after this; it is resumed from the last version
+LIST_CHUNK = 500
+
+
+# --- decoding ----------------------------------------------------------------------------------------------
+
+
+class _Meta(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+
+
+class _Peek(msgspec.Struct, frozen=True, gc=False):
+    metadata: _Meta = _Meta()
+    status: dict[str, Any] | None = None
+
+
+class _ListMeta(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _RawList(msgspec.Struct, frozen=True, gc=False):
+    metadata: _ListMeta = _ListMeta()
+    items: list[msgspec.Raw] = []
+
+
+class _Event(msgspec.Struct, frozen=True, gc=False):
+    type: str
+    object: msgspec.Raw
+
+
+class _Status(msgspec.Struct, frozen=True, gc=False):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+_PEEK = msgspec.json.Decoder(_Peek)
+_RAW_LIST = msgspec.json.Decoder(_RawList)
+_EVENT = msgspec.json.Decoder(_Event)
+_STATUS = msgspec.json.Decoder(_Status)
+_TYPED = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object in the cache: its typed record (None when the model refuses it), its stored status (kinds
+    whose status the reconciler writes), and its resourceVersion."""
+
+    kind: str
+    namespace: str
+    name: str
+    resource_version: str
+    record: Any = None
+    status: Any = None
+    bad: BadObject | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+def decode_entry(kind: str, raw: bytes | msgspec.Raw) -> Entry:
+    peek = _PEEK.decode(raw)
+    meta = peek.metadata
+    namespace = meta.namespace if kind != "Node" else ""
+    status = dict(peek.status or {}) if kind in STATUS_KINDS else None
+    try:
+        record = _TYPED[kind].decode(raw)
+    except msgspec.ValidationError as exc:
+        bad = BadObject(kind=kind, namespace=namespace, name=meta.name, error=_field_error(exc), uid=meta.uid,
+                        generation=meta.generation, resource_version=meta.resource_version, status=status or {})
+        return Entry(kind, namespace, meta.name, meta.resource_version, None, status, bad)
+    return Entry(kind, namespace, meta.name, meta.resource_version, record, status)
+
+
+def _newer(a: str, b: str) -> bool:
+    """resourceVersion ``a`` is older than ``b`` (both numeric, as etcd's are; opaque ones never compare)."""
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+# --- the store ---------------------------------------------------------------------------------------------
+
+Change = Callable[[str, "Entry | None", "Entry | None"], None]  # (kind, old, new)
+
+
+class Cache:
+    def __init__(self, on_change: Change | None = None):
+        self._lock = threading.RLock()
+        self._stores: dict[str, dict[str, Entry]] = {r.kind: {} for r in RESOURCES}
+        self._version = 0
+        self._built: tuple[int, Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]] | None = None
+        self.synced = {r.kind: threading.Event() for r in RESOURCES}
+        self.on_change = on_change
+
+    def _notify(self, kind: str, old: Entry | None, new: Entry | None) -> None:
+        if self.on_change is not None:
+            self.on_change(kind, old, new)
+
+    def replace(self, kind: str, entries: list[Entry]) -> None:
+        """A fresh list: the store becomes exactly these objects; each difference is delivered as a change.
+        An object the cache already holds at a newer version (written by us since) keeps that version."""
+        changes = []
+        with self._lock:
+            store = self._stores[kind]
+            fresh: dict[str, Entry] = {}
+            for entry in entries:
+                old = store.get(entry.key)
+                if old is not None and _newer(entry.resource_version, old.resource_version):
+                    entry = old
+                fresh[entry.key] = entry
+                if old is None or old.resource_version != entry.resource_version:
+                    changes.append((old, entry))
+            changes += [(old, None) for key, old in store.items() if key not in fresh]
+            self._stores[kind] = fresh
+            if changes:
+                self._version += 1
+        self.synced[kind].set()
+        for old, new in changes:
+            self._notify(kind, old, new)
+
+    def upsert(self, entry: Entry, notify: bool = True) -> bool:
+        """An object added or modified (a watch event, or the answer to our own write with ``notify=False``).
+        An older version than the one held is ignored. True when the store changed."""
+        with self._lock:
+            store = self._stores[entry.kind]
+            old = store.get(entry.key)
+            if old is not None and (
+                old.resource_version == entry.resource_version or _newer(entry.resource_version, old.resource_version)
+            ):
+                return False
+            store[entry.key] = entry
+            self._version += 1
+        if notify:
+            self._notify(entry.kind, old, entry)
+        return True
+
+    def delete(self, kind: str, key: str) -> None:
+        with self._lock:
+            old = self._stores[kind].pop(key, None)
+            if old is None:
+                return
+            self._version += 1
+        self._notify(kind, old, None)
+
+    def get(self, kind: str, key: str) -> Entry | None:
+        with self._lock:
+            return self._stores[kind].get(key)
+
+    def entries(self, kind: str) -> list[Entry]:
+        with self._lock:
+            return list(self._stores[kind].values())
+
+    def all_synced(self) -> bool:
+        return all(event.is_set() for event in self.synced.values())
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {kind: len(store) for kind, store in self._stores.items()}
+
+    def view(self) -> tuple[Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]]:
+        """The current objects as an immutable Snapshot (objects in (namespace, name) order), the stored status
+        of each object the reconciler writes to, and the objects the model refuses. Rebuilt only after a
+        change."""
+        with self._lock:
+            if self._built is not None and self._built[0] == self._version:
+                return self._built[1], self._built[2], self._built[3]
+            version = self._version
+            stores = {kind: list(store.values()) for kind, store in self._stores.items()}
+        records: dict[str, list] = {}
+        stored: dict[ObjKey, Stored] = {}
+        bad: dict[ObjKey, BadObject] = {}
+        for kind, entries in stores.items():
+            entries.sort(key=lambda e: (e.namespace, e.name))
+            good = []
+            for entry in entries:
+                if entry.bad is not None:
+                    bad[(kind, entry.namespace, entry.name)] = entry.bad
+                    continue
+                good.append(entry.record)
+                if entry.status is not None:
+                    stored[(kind, entry.namespace, entry.name)] = Stored(status=entry.status)
+            records[kind] = good
+        snapshot = Snapshot(
+            nodes=tuple(records["Node"]),
+            budgets=tuple(records["Budget"]),
+            runs=tuple(records["Run"]),
+            reservations=tuple(records["Reservation"]),
+            leases=tuple(records["GPULease"]),
+        )
+        with self._lock:
+            if self._version == version:
+                self._built = (version, snapshot, stored, bad)
+        return snapshot, stored, bad
+
+
+# --- talking to the API server -----------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """A failed request: HTTP status (0 = no answer), the Status reason and a one-line message."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is too old; list again."""
+
+
+def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | None = None, body: Any = None,
+            content_type: str = "application/json", timeout: Any = None, stream: bool = False) -> Any:
+    """One request through the kubernetes client's ApiClient (kubeconfig auth, TLS, proxies). Returns the
+    body bytes, or — with ``stream`` — the open urllib3 response. Raises ApiError (Gone for 410)."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    serialized = api.param_serialize(method=method, resource_path=path, query_params=query or [],
+                                     header_params=headers, body=body, auth_settings=["BearerToken"])
+    try:
+        response = api.call_api(*serialized, _request_timeout=timeout)
+    except Exception as exc:  # urllib3 transport errors, or an ApiException raised before a response
+        status = getattr(exc, "status", 0) or 0
+        text = getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}"
+        raise _error(status, text) from None
+    if not 200 <= response.status <= 299:
+        raise _error(response.status, response.read())
+    if stream:
+        return response.response
+    return response.read()
+
+
+def _error(status: int, body: Any) -> ApiError:
+    reason = ""
+    if isinstance(body, (bytes, str)):
+        try:
+            reason = _STATUS.decode(body).reason
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            reason = ""
+    message = _status_message(body) if status else " ".join(str(body).split())[:300]
+    reason = reason or {0: "Unreachable", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired"}.get(
+        status, str(status))
+    cls = Gone if status == 410 else ApiError
+    return cls(status, reason, message)
+
+
+class Informer(threading.Thread):
+    """List, then watch, one kind into the cache, forever (until ``stop``)."""
+
+    def __init__(self, resource: Resource, cache: Cache, api: Any, stop: threading.Event, *,
+                 log: Callable[..., None], count_error: Callable[[str, str, str], None] | None = None,
+                 watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0):
+        super().__init__(name=f"informer-{resource.plural}", daemon=True)
+        self.resource = resource
+        self.cache = cache
+        self.api = api
+        self.stop_event = stop
+        self.log = log
+        self.count_error = count_error or (lambda verb, resource, reason: None)
+        self.watch_enabled = watch
+        self.base_backoff = base_backoff
+        self.max_backoff = max_backoff
+        self.resource_version = ""
+        self.lists = 0  # how many full lists (1 + relists)
+        self._response: Any = None
+
+    # --- list ---------------------------------------------------------------------------------------------
+
+    def list_once(self) -> None:
+        """List every object (pages of LIST_CHUNK) and replace the store; remember the list's version."""
+        path = self.resource.path(None)
+        entries: list[Entry] = []
+        token = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", LIST_CHUNK)]
+            if token:
+                query.append(("continue", token))
+            page = _RAW_LIST.decode(request(self.api, "GET", path, query=query, timeout=(10, 60)))
+            entries.extend(decode_entry(self.resource.kind, raw) for raw in page.items)
+            token = page.metadata.continue_
+            if not token:
+                self.resource_version = page.metadata.resource_version
+                break
+        self.cache.replace(self.resource.kind, entries)
+        self.lists += 1
+        bad = sum(1 for e in entries if e.bad is not None)
+        self.log("listed", kind=self.resource.kind, objects=len(entries), bad=bad,
+                 resourceVersion=self.resource_version)
+
+    # --- watch --------------------------------------------------------------------------------------------
+
+    def watch_once(self) -> None:
+        """One watch from the last resourceVersion until the server ends it; events go into the cache."""
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self.resource_version),
+                 ("timeoutSeconds", WATCH_TIMEOUT_SECONDS)]
+        response = request(self.api, "GET", self.resource.path(None), query=query, stream=True,
+                           timeout=(10, WATCH_TIMEOUT_SECONDS + 60))
+        self._response = response
+        try:
+            buffer = b""
+            for chunk in response.stream(64 * 1024, decode_content=True):
+                if self.stop_event.is_set():
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self._event(line)
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _event(self, line: bytes) -> None:
+        event = _EVENT.decode(line)
+        kind = self.resource.kind
+        if event.type == "ERROR":
+            status = _STATUS.decode(event.object)
+            if status.code == 410:
+                raise Gone(410, status.reason or "Expired", status.message)
+            raise ApiError(status.code, status.reason, status.message)
+        if event.type == "BOOKMARK":
+            self.resource_version = _PEEK.decode(event.object).metadata.resource_version or self.resource_version
+            return
+        entry = decode_entry(kind, event.object)
+        if event.type == "DELETED":
+            self.cache.delete(kind, entry.key)
+        else:
+            self.cache.upsert(entry)
+        if entry.resource_version:
+            self.resource_version = entry.resource_version
+
+    # --- the loop -----------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop_event.is_set():
+            try:
+                if not self.resource_version:
+                    self.list_once()
+                if not self.watch_enabled:
+                    return
+                self.watch_once()
+                failures = 0
+            except Gone as gone:
+                self.log("relist", kind=self.resource.kind, reason="410 Gone", detail=gone.message)
+                self.resource_version = ""
+            except Exception as exc:
+                if self.stop_event.is_set():
+                    return
+                status, reason = getattr(exc, "status", 0), getattr(exc, "reason", type(exc).__name__)
+                verb = "list" if not self.resource_version else "watch"
+                self.count_error(verb, self.resource.plural, str(reason))
+                delay = min(self.max_backoff, self.base_backoff * (2**failures))
+                failures += 1
+                self.log("error", level="warning", kind=self.resource.kind, verb=verb, status=status,
+                         reason=reason, detail=str(exc), retryIn=f"{delay:g}s")
+                self.stop_event.wait(delay)
+
+    def close(self) -> None:
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+
+def wait_synced(cache: Cache, stop: threading.Event, timeout: float | None = None) -> bool:
+    """Until every kind has been listed once (or ``stop``, or ``timeout``)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop.is_set():
+        if cache.all_synced():
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        stop.wait(0.05)
+    return False

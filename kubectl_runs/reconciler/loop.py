@@ -1,0 +1,432 @@
+"""The reconcile loop: informers fill the cache, changes become keys in the work queue, a worker evaluates each
+batch of keys from the current cache (level-based: the event only says *what* to look at) and hands the writes
+to the applier.
+
+Keys are objects — ``(kind, namespace, name)`` of a Budget, Run or Reservation (or of a GPULease/Node the model
+refuses, for its Event) — or groups expanded when the batch is taken, from the snapshot of that moment:
+``("Flavor", "", f)`` every Run and Reservation of GPU flavor f (free capacity and headroom changed),
+``("Namespace", "", ns)`` every Run and Reservation of a namespace (its owner changed), ``("All", "", "")``
+everything (start-up, periodic resync, leadership gained). A burst of a thousand lease events of one flavor is
+one key, one evaluation.
+
+Nothing is written before every kind has been listed once. With ``--manage-leases`` the ledger keeper's writes
+(``ledger(snapshot, at)``, reconciler/ledger.py) are computed with the status writes of each batch; the seam is
+``Reconciler.ledger``."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import msgspec
+
+from ..model import Snapshot
+from ..timeutil import now_utc
+from .actions import AnyWrite, RecordEvent
+from .apply import Applier, Outcome
+from .cache import Cache, Entry, Informer, wait_synced
+from .queue import WorkQueue
+from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, status_writes
+
+FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
+RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
+GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
+ALL_KEY: ObjKey = (ALL, "", "")
+
+LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
+
+
+# --- logs: one line per action, logfmt on stderr ----------------------------------------------------------
+
+
+def _logfmt_value(value: Any) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in ' ="\\\n\t'):
+        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+class Logger:
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self._lock = threading.Lock()
+
+    def __call__(self, msg: str, level: str = "info", **fields: Any) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        parts = [f"time={stamp}", f"level={level}", f"msg={_logfmt_value(msg)}"]
+        parts += [f"{key}={_logfmt_value(value)}" for key, value in fields.items() if value is not None]
+        line = " ".join(parts) + "\n"
+        with self._lock:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+class NullMetrics:
+    """Stands in for reconciler/metrics.py's ReconcilerMetrics when metrics are off."""
+
+    def observe_reconcile(self, seconds: float) -> None: ...
+    def count_write(self, kind: str, action: str, outcome: str) -> None: ...
+    def count_api_error(self, verb: str, resource: str, reason: str) -> None: ...
+    def set_queue_depth(self, depth: int) -> None: ...
+    def count_resolver_action(self, kind: str) -> None: ...
+    def update_fleet(self, snapshot: Any, at: Any, book: Any = None) -> None: ...
+    def set_leader(self, leader: bool) -> None: ...
+    def set_ready(self, ready: bool) -> None: ...
+
+
+# --- which keys a change touches ---------------------------------------------------------------------------
+
+
+def _same_spec(old: Entry | None, new: Entry | None) -> bool:
+    if old is None or new is None or old.record is None or new.record is None:
+        return False
+    return old.record.spec == new.record.spec
+
+
+def _flavors(entry: Entry | None) -> set[str]:
+    record = entry.record if entry is not None else None
+    if record is None:
+        return set()
+    kind = entry.kind
+    if kind == "Budget":
+        return {e.flavor for e in record.spec.envelopes}
+    if kind == "Run":
+        return {record.spec.resources.gpu_type}
+    if kind == "Reservation":
+        return {record.spec.scope.flavor}
+    if kind == "GPULease":
+        return {record.spec.flavor}
+    if kind == "Node":
+        return {record.flavor} if record.flavor else set()
+    return set()
+
+
+def changed_keys(kind: str, old: Entry | None, new: Entry | None) -> set[ObjKey]:
+    """The keys to look at again after ``kind`` changed from ``old`` to ``new`` (None: absent)."""
+    keys: set[ObjKey] = set()
+    entries = [e for e in (old, new) if e is not None]
+    for entry in entries:
+        if entry.bad is not None and entry is new:
+            keys.add((kind, entry.namespace, entry.name))  # its Event (and condition) only
+    flavors = _flavors(old) | _flavors(new)
+    if kind == "Budget":
+        for entry in entries:
+            keys.add(("Budget", entry.namespace, entry.name))
+        if not _same_spec(old, new):
+            keys |= {(NAMESPACE, "", e.namespace) for e in entries}
+            keys |= {(FLAVOR, "", f) for f in flavors}
+    elif kind == "Run":
+        for entry in entries:
+            keys.add(("Run", entry.namespace, entry.name))
+        keys.add(("RunReservations", (new or old).namespace, (new or old).name))
+        if not _own_echo(old, new):
+            keys |= {(RUN_OTHERS, (new or old).key, f) for f in flavors}
+    elif kind == "Reservation":
+        for entry in entries:
+            keys.add(("Reservation", entry.namespace, entry.name))
+            if entry.record is not None:
+                ref = entry.record.spec.run_ref
+                keys.add(("Run", ref.namespace, ref.name))
+    elif kind == "GPULease":
+        for entry in entries:
+            lease = entry.record
+            if lease is None:
+                continue
+            payer = lease.payer
+            if payer is not None:
+                keys.add(("Budget", payer[0], payer[1]))
+            keys.add(("Run", lease.spec.run_ref.namespace, lease.spec.run_ref.name))
+        keys |= {(FLAVOR, "", f) for f in flavors}
+    elif kind == "Node" and (old is None or new is None or old.record is None or old.record != new.record):
+        # Node records carry no resourceVersion: equal records mean nothing the engine reads changed.
+        keys |= {(FLAVOR, "", f) for f in flavors}
+    return keys
+
+
+def _own_echo(old: Entry | None, new: Entry | None) -> bool:
+    """Only the status keys the core reconciler writes changed (our own write coming back, or a twin's)."""
+    if not _same_spec(old, new):
+        return False
+    a, b = old.record, new.record
+    return (a.status.eta == b.status.eta and a.status.preemptions == b.status.preemptions
+            and a.finished == b.finished and a.metadata.deletion_timestamp == b.metadata.deletion_timestamp)
+
+
+def expand(keys: Iterable[ObjKey], snapshot: Snapshot, bad: dict[ObjKey, BadObject]) -> tuple[set[ObjKey], bool]:
+    """Object keys for a batch of keys (groups expanded from ``snapshot``); True when ``All`` was among them."""
+    out: set[ObjKey] = set()
+    everything = False
+    for key in keys:
+        kind, a, b = key
+        if kind == ALL:
+            everything = True
+        elif kind == FLAVOR:
+            out |= {("Run", r.metadata.namespace, r.metadata.name) for r in snapshot.runs
+                    if r.spec.resources.gpu_type == b}
+            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
+                    if r.spec.scope.flavor == b}
+        elif kind == NAMESPACE:
+            out |= {("Run", r.metadata.namespace, r.metadata.name) for r in snapshot.runs if r.metadata.namespace == b}
+            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
+                    if r.metadata.namespace == b}
+        elif kind == RUN_OTHERS:
+            if snapshot.leases_by_run.get(a):
+                out |= expand([(FLAVOR, "", b)], snapshot, bad)[0]
+        elif kind == "RunReservations":
+            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
+                    if r.spec.run_ref.namespace == a and r.spec.run_ref.name == b}
+        else:
+            out.add(key)
+    if everything:
+        out = set(all_keys(snapshot)) | set(bad)
+    return out, everything
+
+
+# --- the reconciler ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    once: bool = False
+    dry_run: bool = False
+    resync_period: float = 300.0
+    manage_leases: bool = False
+    request_timeout: float = 30.0
+    once_attempts: int = 5  # --once: tries per write before giving up on it
+
+
+class Reconciler:
+    def __init__(self, make_api: Callable[[], Any], settings: Settings, *, log: Logger | None = None,
+                 metrics: Any = None, elector: Any = None, ledger: LedgerPlanner | None = None,
+                 clock: Callable[[], datetime] = now_utc, out: TextIO | None = None):
+        self.settings = settings
+        self.log = log or Logger()
+        self.metrics = metrics or NullMetrics()
+        self.elector = elector
+        self.ledger = ledger  # reconciler/ledger.py's planner, with --manage-leases
+        self.clock = clock
+        self.out = out or sys.stdout
+        self.stop = threading.Event()
+        self.queue = WorkQueue()
+        self.cache = Cache(on_change=self._on_change)
+        self._make_api = make_api
+        self.api = make_api()
+        self.applier = Applier(self.api, self.cache, log=self.log, metrics=self.metrics, elector=elector,
+                               timeout=settings.request_timeout)
+        self.informers: list[Informer] = []
+        self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
+        self.batches = 0
+        self.resyncs = 0
+
+    # --- wiring ---------------------------------------------------------------------------------------------
+
+    def _on_change(self, kind: str, old: Entry | None, new: Entry | None) -> None:
+        self.queue.add_all(changed_keys(kind, old, new))
+
+    def start_informers(self, watch: bool) -> None:
+        from ..sources.cluster import RESOURCES
+
+        for resource in RESOURCES:
+            informer = Informer(resource, self.cache, self._make_api(), self.stop, log=self.log,
+                                count_error=self.metrics.count_api_error, watch=watch)
+            self.informers.append(informer)
+            informer.start()
+
+    # --- one evaluation -------------------------------------------------------------------------------------
+
+    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], set[ObjKey]]:
+        """The writes for ``keys`` (None: everything) from the cache as it is now, and the object keys looked
+        at. An object whose evaluation fails is logged and left out (and retried), never the whole batch."""
+        snapshot, stored, bad = self.cache.view()
+        if keys is None:
+            objects, everything = set(all_keys(snapshot)) | set(bad), True
+        else:
+            objects, everything = expand(keys, snapshot, bad)
+        writes: list[AnyWrite] = []
+        evaluation = Evaluation(snapshot, at)
+        if self.ledger is not None and self.settings.manage_leases:
+            try:
+                writes += self.ledger(snapshot, at)
+            except Exception as exc:
+                self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
+        try:
+            writes += status_writes(snapshot, at, stored, objects, bad, evaluation)
+        except Exception:
+            writes += self._one_by_one(snapshot, at, stored, objects, bad)
+        if everything:
+            try:
+                self.metrics.update_fleet(snapshot, at, evaluation.book)
+            except Exception as exc:
+                self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
+        return self._unsaid(writes, bad), objects
+
+    def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
+                    bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
+        writes: list[AnyWrite] = []
+        for key in sorted(objects):
+            try:
+                writes += status_writes(snapshot, at, stored, [key], bad)
+            except Exception as exc:
+                self.log("evaluate failed", level="error", kind=key[0], namespace=key[1], name=key[2],
+                         error=f"{type(exc).__name__}: {exc}")
+                self.queue.add_rate_limited(key)
+        return writes
+
+    def _unsaid(self, writes: list[AnyWrite], bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
+        """Events about objects whose status we do not write are said once per version of the object."""
+        out = []
+        for write in writes:
+            if isinstance(write, RecordEvent) and write.kind not in STATUS_KINDS:
+                key = (write.kind, write.namespace, write.name)
+                version = bad[key].resource_version if key in bad else ""
+                if (key, version) in self._said:
+                    continue
+            out.append(write)
+        return out
+
+    def apply(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
+        outcomes = []
+        for write in writes:
+            outcome = self.applier.apply(write, at)
+            outcomes.append(outcome)
+            if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":
+                key = (write.kind, write.namespace, write.name)
+                _snapshot, _stored, bad = self.cache.view()
+                self._said.add((key, bad[key].resource_version if key in bad else ""))
+        return outcomes
+
+    def process(self, keys: list[ObjKey]) -> None:
+        started = time.monotonic()
+        at = self.clock()
+        writes, _objects = self.compute(keys, at)
+        failed: set[ObjKey] = set()
+        for outcome in self.apply(writes, at):
+            if outcome.retry:
+                write = outcome.write
+                key = (write.kind, write.namespace, write.name)
+                failed.add(key)
+                delay = self.queue.add_rate_limited(key)
+                self.log("retry", level="warning", kind=key[0], namespace=key[1], name=key[2], retryIn=f"{delay:g}s")
+        for key in keys:
+            if key not in failed:
+                self.queue.forget(key)
+        self.batches += 1
+        elapsed = time.monotonic() - started
+        self.metrics.observe_reconcile(elapsed)
+        self.metrics.set_queue_depth(self.queue.depth())
+
+    # --- the modes ------------------------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Start the informers and wait until every kind has been listed (False: stopped first)."""
+        once = self.settings.once or self.settings.dry_run
+        self.start_informers(watch=not once)
+        self.log("starting", mode="dry-run" if self.settings.dry_run else "once" if once else "watch",
+                 resyncPeriod=f"{self.settings.resync_period:g}s")
+        if not wait_synced(self.cache, self.stop):
+            return False
+        self.log("synced", **{k: v for k, v in self.cache.counts().items()})
+        return True
+
+    def run_once(self) -> int:
+        """--once / --dry-run: one evaluation of everything; --dry-run prints the writes (one JSON document)
+        instead of making them. Exit code 1 when a write still failed after retries."""
+        if not self.sync():
+            return 1
+        at = self.clock()
+        writes, _ = self.compute(None, at)
+        if self.settings.dry_run:
+            self.out.write(msgspec.json.encode(writes).decode() + "\n")
+            self.out.flush()
+            self.log("dry-run", writes=len(writes))
+            return 0
+        pending = writes
+        for attempt in range(self.settings.once_attempts):
+            outcomes = self.apply(pending, at)
+            pending = [o.write for o in outcomes if o.retry]
+            if not pending or self.stop.is_set():
+                break
+            self.stop.wait(min(5.0, 0.2 * 2**attempt))
+        self.log("done", writes=len(writes), failed=len(pending))
+        return 1 if pending else 0
+
+    def run_forever(self) -> int:
+        if not self.sync():
+            return 0
+        self.metrics.set_ready(True)
+        leading = self.elector is None
+        if leading:
+            self.queue.add(ALL_KEY)
+        next_resync = time.monotonic() + self.settings.resync_period
+        while not self.stop.is_set():
+            if self.elector is not None:
+                now_leading = self.elector.is_leader()
+                if now_leading != leading:
+                    leading = now_leading
+                    self.metrics.set_leader(leading)
+                    self.log("leadership", leader=leading)
+                    if leading:
+                        self.queue.add(ALL_KEY)  # a new leader looks at everything once
+                if not leading:
+                    # a standby keeps its cache warm (the informers run) and writes nothing
+                    self.stop.wait(0.2)
+                    if time.monotonic() >= next_resync:
+                        next_resync = time.monotonic() + self.settings.resync_period
+                    continue
+            wait = max(0.0, min(1.0, next_resync - time.monotonic()))
+            batch = self.queue.get_batch(timeout=wait)
+            if time.monotonic() >= next_resync:
+                next_resync = time.monotonic() + self.settings.resync_period
+                self.resyncs += 1
+                self.log("resync", number=self.resyncs)
+                self.queue.add(ALL_KEY)
+            if not batch:
+                continue
+            try:
+                self.process(batch)
+            except Exception as exc:  # a bug must not end the loop
+                self.log("batch failed", level="error", error=f"{type(exc).__name__}: {exc}")
+                for key in batch:
+                    self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(batch)
+        return 0
+
+    def run(self) -> int:
+        try:
+            if self.settings.once or self.settings.dry_run:
+                return self.run_once()
+            return self.run_forever()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.queue.shutdown()
+        for informer in self.informers:
+            informer.close()
+        self.log("stopped", batches=self.batches, **{f"writes_{k}": v for k, v in sorted(self.applier.counts.items())})
+
+
+def make_api_factory(source: Any, pool_size: int = 8) -> Callable[[], Any]:
+    """ApiClients built from kubeconfig (sources.cluster), sharing one Configuration: one per informer (each
+    holds a watch open) and one for the writes."""
+    from ..sources.cluster import _api_client
+
+    configuration = _api_client(source).configuration
+    configuration.connection_pool_maxsize = pool_size
+
+    def make() -> Any:
+        from kubernetes import client
+
+        return client.ApiClient(configuration)
+
+    return make

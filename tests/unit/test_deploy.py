@@ -1,0 +1,193 @@
+"""deploy/: the kustomize base and overlays render with kubectl's embedded kustomize, and what they render is
+the least-privilege reconciler the docs describe. The Grafana dashboard only queries series the reconciler
+exports. (tests/integration/test_rbac_deploy.py applies the same RBAC to the real API server and checks it with
+real requests.)
+
+Skipped where kubectl is absent; that skip is a failure where KUBECTL_RUNS_REQUIRE_CONTROLPLANE is set (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from test_metrics import fleet
+
+from kubectl_runs.reconciler.metrics import ReconcilerMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NS = "kubectl-runs-system"
+JOBTREE = ("budgets", "runs", "reservations", "gpuleases")
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK) else None)
+    if path is None:
+        if os.environ.get("KUBECTL_RUNS_REQUIRE_CONTROLPLANE"):
+            pytest.fail("kubectl is not on PATH (needed to render deploy/)")
+        pytest.skip("kubectl is not on PATH (needed to render deploy/)")
+    return path
+
+
+def render(path: Path) -> list[dict]:
+    done = subprocess.run([kubectl(), "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def find(objs, kind: str, name: str | None = None) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objs, kind: str, name: str | None = None) -> dict:
+    found = find(objs, kind, name)
+    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in found])
+    return found[0]
+
+
+def granted(objs, subject: str) -> list[tuple[str, str, str, str, tuple]]:
+    """(namespace or '*', apiGroup, resource, verb, resourceNames) granted to a ServiceAccount by the rendered
+    (Cluster)RoleBindings."""
+    roles = {(o["kind"], o["metadata"].get("namespace", "*"), o["metadata"]["name"]): o
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    out = []
+    for binding in objs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and f"{s['namespace']}/{s['name']}" == subject
+                   for s in binding["subjects"]):
+            continue
+        ns = binding["metadata"].get("namespace", "*")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], ns if ref["kind"] == "Role" else "*", ref["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        out.append((ns, group, resource, verb, tuple(rule.get("resourceNames", ()))))
+    return out
+
+
+SA = f"{NS}/kubectl-runs-reconciler"
+
+
+def test_base_renders_crds_reader_role_and_reconciler():
+    objs = render(DEPLOY)
+    assert {o["metadata"]["name"] for o in find(objs, "CustomResourceDefinition")} == {
+        f"{p}.jobtree.dev" for p in JOBTREE}
+    one(objs, "ClusterRole", "kubectl-runs-reader")
+    one(objs, "Namespace", NS)
+    one(objs, "ServiceAccount", "kubectl-runs-reconciler")
+    assert not find(objs, "ServiceMonitor")  # only with the prometheus-operator component
+    for o in objs:
+        if o["kind"] in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget"):
+            assert o["metadata"]["namespace"] == NS, o["metadata"]
+
+
+def test_base_rbac_is_least_privilege():
+    rules = granted(render(DEPLOY), SA)
+    jobtree = {(r, v) for ns, g, r, v, _ in rules if g == "jobtree.dev"}
+    assert jobtree == (
+        {(k, v) for k in JOBTREE for v in ("get", "list", "watch")}
+        | {(f"{k}/status", v) for k in ("budgets", "runs", "reservations") for v in ("get", "patch")}
+    )
+    # nothing that can change a spec or make or delete an object of the four kinds
+    assert not {v for _, g, r, v, _ in rules if g == "jobtree.dev" and "/" not in r} - {"get", "list", "watch"}
+    assert {(g, r, v) for ns, g, r, v, _ in rules if r == "nodes"} == {("", "nodes", v) for v in ("get", "list", "watch")}
+    assert {v for _, _, r, v, _ in rules if r == "events"} == {"create", "patch"}
+    leases = [(ns, v, names) for ns, g, r, v, names in rules if g == "coordination.k8s.io"]
+    assert sorted(leases) == sorted([(NS, "create", ()), (NS, "get", ("kubectl-runs-reconciler",)),
+                                     (NS, "update", ("kubectl-runs-reconciler",))])
+    assert {r for _, _, r, _, _ in rules} <= {*JOBTREE, *(f"{k}/status" for k in JOBTREE), "nodes", "events", "leases"}
+    assert "*" not in {v for *_, v, _ in rules} and "*" not in {r for _, _, r, _, _ in rules}
+
+
+def deployment(objs) -> dict:
+    return one(objs, "Deployment", "kubectl-runs-reconciler")
+
+
+def test_deployment_runs_two_replicas_with_leader_election_probes_limits_and_no_root():
+    objs = render(DEPLOY)
+    dep = deployment(objs)
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "kubectl-runs-reconciler"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["image"] == "ghcr.io/jobtree-dev/kubectl-runs:v0.1.0"
+    assert c["args"][0] == "reconcile"
+    assert "--leader-elect" in c["args"] and "--manage-leases" not in c["args"]
+    assert "--metrics-addr=:8080" in c["args"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 8080}
+    assert set(c["resources"]) == {"requests", "limits"}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert {m["mountPath"] for m in c["volumeMounts"]} == {"/tmp"}
+    svc = one(objs, "Service", "kubectl-runs-reconciler-metrics")
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert one(objs, "PodDisruptionBudget")["spec"]["selector"] == dep["spec"]["selector"]
+
+
+def test_manage_leases_overlay_adds_the_flag_and_only_the_ledger_rights():
+    base = render(DEPLOY)
+    objs = render(DEPLOY / "overlays" / "manage-leases")
+    args = deployment(objs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == [*deployment(base)["spec"]["template"]["spec"]["containers"][0]["args"], "--manage-leases"]
+    extra = set(granted(objs, SA)) - set(granted(base, SA))
+    assert {(g, r, v) for _, g, r, v, _ in extra} == {
+        ("jobtree.dev", "gpuleases", "create"), ("jobtree.dev", "reservations", "create"),
+        ("jobtree.dev", "gpuleases/status", "get"), ("jobtree.dev", "gpuleases/status", "patch")}
+    assert {o["metadata"]["name"] for o in find(objs, "CustomResourceDefinition")} == {
+        f"{p}.jobtree.dev" for p in JOBTREE}
+
+
+def test_prometheus_operator_overlay_adds_a_service_monitor_for_the_metrics_port():
+    objs = render(DEPLOY / "overlays" / "prometheus-operator")
+    sm = one(objs, "ServiceMonitor", "kubectl-runs-reconciler")
+    svc = one(objs, "Service", "kubectl-runs-reconciler-metrics")
+    assert sm["metadata"]["namespace"] == NS
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == [svc["spec"]["ports"][0]["name"]]
+
+
+def test_dockerfile_runs_reconcile_as_non_root():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r'^ENTRYPOINT \["kubectl-runs"\]$', text, re.M)
+    assert re.search(r'^CMD \["reconcile"\]$', text, re.M)
+    user = re.findall(r"^USER (\d+)", text, re.M)
+    assert user and int(user[-1]) != 0
+    deployment_user = deployment(render(DEPLOY))["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    assert int(user[-1]) == deployment_user
+
+
+def test_grafana_dashboard_queries_only_exported_series():
+    dash = json.loads((DEPLOY / "grafana" / "kubectl-runs-reconciler.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    titles = " | ".join(p["title"] for p in dash["panels"]).lower()
+    for wanted in ("headroom", "backlog", "eta", "preemptions", "latency", "api writes"):
+        assert wanted in titles, wanted
+    metrics = ReconcilerMetrics()
+    metrics.update_fleet(*fleet())
+    metrics.observe_reconcile(0.1)
+    metrics.count_write("Run", "PatchStatus", "ok")
+    metrics.count_api_error("patch", "runs", "Forbidden")
+    metrics.count_resolver_action("RandomPreempt")
+    body, _ = metrics.exposition()
+    exported = {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+    used = {m for e in exprs for m in re.findall(r"\bjobtree_[a-z_]+", e)}
+    assert used and used <= exported, sorted(used - exported)
+    variables = {v["name"] for v in dash["templating"]["list"]}
+    for e in exprs:
+        for var in re.findall(r"\$(\w+)", e):
+            assert var in variables or var.startswith("__"), var

@@ -1,0 +1,100 @@
+"""reconciler/cache.py and the loop's change mapping: decoding (a bad object names its field), resourceVersion
+bookkeeping (an older version never replaces a newer one), relist differences as changes, and which keys a
+change touches."""
+
+from __future__ import annotations
+
+import json
+
+from kubectl_runs.reconciler.cache import Cache, decode_entry
+from kubectl_runs.reconciler.loop import ALL_KEY, FLAVOR, changed_keys, expand
+
+
+def run_json(name: str, rv: str, *, gpus: int = 8, status: dict | None = None, ns: str = "team") -> bytes:
+    return json.dumps({
+        "apiVersion": "jobtree.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "generation": 1, "resourceVersion": rv},
+        "spec": {"resources": {"gpuType": "H100", "totalGPUs": gpus}},
+        "status": status or {},
+    }).encode()
+
+
+def lease_json(name: str, rv: str) -> bytes:
+    return json.dumps({
+        "kind": "GPULease", "metadata": {"name": name, "namespace": "team", "resourceVersion": rv},
+        "spec": {"owner": "org:team", "runRef": {"namespace": "team", "name": "r"}, "group": 0, "flavor": "H100",
+                 "slice": {"slots": ["n1#0"], "role": "Active"}, "start": "2025-11-01T00:00:00Z", "reason": "Start",
+                 "paidBy": {"budget": "b", "envelope": "west"}},
+    }).encode()
+
+
+def test_decode_keeps_the_record_and_the_stored_status():
+    entry = decode_entry("Run", run_json("r", "5", status={"phase": "Pending", "plan": {"deficitGPUs": 8}}))
+    assert entry.record.spec.resources.total_gpus == 8
+    assert entry.status == {"phase": "Pending", "plan": {"deficitGPUs": 8}}
+    assert (entry.key, entry.resource_version, entry.bad) == ("team/r", "5", None)
+
+
+def test_an_object_the_model_refuses_is_kept_as_bad_with_its_field():
+    entry = decode_entry("Run", run_json("r", "5", status={"preemptions": [{"seed": "0x1"}]}))
+    assert entry.record is None
+    assert entry.bad.error == "status.preemptions[0].reservation: required field is missing"
+    assert (entry.bad.uid, entry.bad.generation) == ("uid-r", 1)
+
+
+def test_an_older_version_never_replaces_a_newer_one():
+    seen = []
+    cache = Cache(on_change=lambda kind, old, new: seen.append((kind, old and old.resource_version,
+                                                                new and new.resource_version)))
+    cache.replace("Run", [decode_entry("Run", run_json("r", "10"))])
+    assert cache.upsert(decode_entry("Run", run_json("r", "12")), notify=False)  # our write's answer
+    assert not cache.upsert(decode_entry("Run", run_json("r", "11")))  # a late watch event
+    assert not cache.upsert(decode_entry("Run", run_json("r", "12")))  # the echo of our write
+    assert cache.get("Run", "team/r").resource_version == "12"
+    cache.replace("Run", [decode_entry("Run", run_json("r", "11")), decode_entry("Run", run_json("s", "13"))])
+    assert cache.get("Run", "team/r").resource_version == "12"
+    assert seen == [("Run", None, "10"), ("Run", None, "13")]
+
+
+def test_a_relist_delivers_deletions():
+    seen = []
+    cache = Cache(on_change=lambda kind, old, new: seen.append((old and old.name, new and new.name)))
+    cache.replace("Run", [decode_entry("Run", run_json("a", "1")), decode_entry("Run", run_json("b", "2"))])
+    seen.clear()
+    cache.replace("Run", [decode_entry("Run", run_json("a", "1"))])
+    assert seen == [("b", None)]
+
+
+def test_the_view_is_a_sorted_snapshot_and_is_rebuilt_only_after_a_change():
+    cache = Cache()
+    cache.replace("Run", [decode_entry("Run", run_json("b", "2")), decode_entry("Run", run_json("a", "1"))])
+    snapshot, stored, bad = cache.view()
+    assert [r.metadata.name for r in snapshot.runs] == ["a", "b"]
+    assert set(stored) == {("Run", "team", "a"), ("Run", "team", "b")}
+    assert cache.view()[0] is snapshot
+    cache.upsert(decode_entry("Run", run_json("c", "3", status={"preemptions": [{}]})))
+    snapshot2, _stored, bad = cache.view()
+    assert snapshot2 is not snapshot
+    assert [r.metadata.name for r in snapshot2.runs] == ["a", "b"]
+    assert set(bad) == {("Run", "team", "c")}
+
+
+def test_our_own_status_write_coming_back_touches_only_that_run():
+    old = decode_entry("Run", run_json("r", "1"))
+    new = decode_entry("Run", run_json("r", "2", status={"phase": "Pending", "plan": {"deficitGPUs": 8}}))
+    keys = changed_keys("Run", old, new)
+    assert ("Run", "team", "r") in keys
+    assert not any(k[0] in ("RunOthers", FLAVOR) for k in keys)
+
+
+def test_a_lease_change_touches_its_budget_its_run_and_its_flavor():
+    keys = changed_keys("GPULease", None, decode_entry("GPULease", lease_json("l", "1")))
+    assert keys == {("Budget", "team", "b"), ("Run", "team", "r"), (FLAVOR, "", "H100")}
+
+
+def test_groups_expand_from_the_snapshot():
+    cache = Cache()
+    cache.replace("Run", [decode_entry("Run", run_json("a", "1")), decode_entry("Run", run_json("b", "2", ns="x"))])
+    snapshot, _stored, bad = cache.view()
+    assert expand([(FLAVOR, "", "H100")], snapshot, bad) == ({("Run", "team", "a"), ("Run", "x", "b")}, False)
+    assert expand([ALL_KEY], snapshot, bad)[1] is True

@@ -1,0 +1,69 @@
+"""reconciler/queue.py: coalescing, one worker per key at a time, exponential backoff per key."""
+
+from __future__ import annotations
+
+import threading
+
+from kubectl_runs.reconciler.queue import WorkQueue
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_of_the_same_key_is_one_piece_of_work():
+    q = WorkQueue(coalesce=0)
+    for _ in range(1000):
+        q.add("Run/a/b")
+    q.add("Run/a/c")
+    assert q.get_batch(timeout=0) == ["Run/a/b", "Run/a/c"]
+    assert q.get_batch(timeout=0) == []
+
+
+def test_a_key_changed_while_processed_comes_back_after_done():
+    q = WorkQueue(coalesce=0)
+    q.add("k")
+    assert q.get_batch(timeout=0) == ["k"]
+    q.add("k")  # changed while being worked on: not handed out twice at once
+    assert q.get_batch(timeout=0) == []
+    q.done(["k"])
+    assert q.get_batch(timeout=0) == ["k"]
+
+
+def test_backoff_doubles_per_failure_and_forget_resets_it():
+    clock = FakeClock()
+    q = WorkQueue(coalesce=0, base_delay=0.1, max_delay=1.0, clock=clock)
+    delays = [q.add_rate_limited("k") for _ in range(6)]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    q.forget("k")
+    assert q.add_rate_limited("k") == 0.1
+
+
+def test_a_delayed_key_is_ready_only_when_due():
+    clock = FakeClock()
+    q = WorkQueue(coalesce=0, clock=clock)
+    q.add_after("k", 5)
+    assert q.get_batch(timeout=0) == []
+    assert q.depth() == 1
+    clock.now = 5.0
+    assert q.get_batch(timeout=0) == ["k"]
+
+
+def test_get_batch_waits_for_work_and_shutdown_ends_the_wait():
+    q = WorkQueue(coalesce=0)
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(q.get_batch(timeout=5)))
+    worker.start()
+    q.add("k")
+    worker.join(2)
+    assert got == [["k"]]
+    worker = threading.Thread(target=lambda: got.append(q.get_batch()))
+    worker.start()
+    q.shutdown()
+    worker.join(2)
+    assert not worker.is_alive()
+    assert got[-1] == []

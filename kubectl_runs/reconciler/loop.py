@@ -15,6 +15,8 @@ Nothing is written before every kind has been listed once. With ``--manage-lease
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -39,6 +41,10 @@ GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
 ALL_KEY: ObjKey = (ALL, "", "")
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
+
+# Tests only: "<text>[#n]" kills the process (SIGKILL) right after the n-th write (default 1st) whose cause
+# contains <text> — a crash between two writes, on purpose (tests/integration/test_ledger_live.py).
+KILL_AFTER_ENV = "KUBECTL_RUNS_TEST_KILL_AFTER"
 
 
 # --- logs: one line per action, logfmt on stderr ----------------------------------------------------------
@@ -225,6 +231,9 @@ class Reconciler:
         self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
         self.batches = 0
         self.resyncs = 0
+        self._wakes: set[tuple[ObjKey, datetime]] = set()  # activations the queue will wake up for
+        text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
+        self._kill_after = (text, int(nth or 1)) if text else None
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -255,6 +264,7 @@ class Reconciler:
         if self.ledger is not None and self.settings.manage_leases:
             try:
                 writes += self.ledger(snapshot, at)
+                self._wake_for_next_activation(snapshot)
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
         try:
@@ -267,6 +277,20 @@ class Reconciler:
             except Exception as exc:
                 self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
         return self._unsaid(writes, bad), objects
+
+    def _wake_for_next_activation(self, snapshot: Snapshot) -> None:
+        """Nothing happens at a Reservation's earliestStart: queue its key for then (a second late at most,
+        the clock being in whole seconds)."""
+        from .ledger import next_activation
+
+        now = self.clock()
+        due = next_activation(snapshot, now)
+        if due is None:
+            return
+        key: ObjKey = ("Reservation", due.metadata.namespace, due.metadata.name)
+        if (key, due.spec.earliest_start) not in self._wakes:
+            self._wakes.add((key, due.spec.earliest_start))
+            self.queue.add_after(key, (due.spec.earliest_start - now).total_seconds() + 1.0)
 
     def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
                     bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
@@ -294,9 +318,26 @@ class Reconciler:
 
     def apply(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
         outcomes = []
+        unwritten: set[str] = set()
         for write in writes:
+            if write.after and write.after in unwritten:
+                outcome = Outcome(write, "skipped", f"{write.after} was not written")
+                self.log("write", level="warning", action=type(write).__name__, kind=write.kind,
+                         namespace=write.namespace, name=write.name, outcome=outcome.outcome, cause=write.cause,
+                         detail=outcome.detail)
+                unwritten.add(write.ref)
+                outcomes.append(outcome)
+                continue
             outcome = self.applier.apply(write, at)
             outcomes.append(outcome)
+            if outcome.outcome not in ("ok", "exists"):
+                unwritten.add(write.ref)
+            elif self._kill_after is not None and self._kill_after[0] in write.cause:
+                text, left = self._kill_after
+                self._kill_after = (text, left - 1)
+                if left <= 1:
+                    self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
+                    os.kill(os.getpid(), signal.SIGKILL)
             if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":
                 key = (write.kind, write.namespace, write.name)
                 _snapshot, _stored, bad = self.cache.view()

@@ -12,9 +12,6 @@ Every write names the object by kind, namespace and name; ``cause`` is the one-l
   twice: the applier treats 409 AlreadyExists as done). ``body`` is the whole object (apiVersion, kind,
   metadata, spec).
 - ``RecordEvent``: a core/v1 Event about an object (a Warning for an object the reconciler cannot parse).
-
-``after`` makes a write depend on an earlier one of the same list (``ref``): the loop skips it when that one was
-not written (a preemption's closures wait for the Reservation's recorded decision; the next pass recomputes).
 """
 
 from __future__ import annotations
@@ -31,16 +28,10 @@ class Write(msgspec.Struct, frozen=True, tag_field="action", kw_only=True):
     namespace: str
     name: str
     cause: str = ""
-    after: str = ""  # "Kind namespace/name" of an earlier write in the same list that must succeed first, else skip
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-    @property
-    def ref(self) -> str:
-        """What another write's ``after`` names this one by."""
-        return f"{self.kind} {self.namespace}/{self.name}"
 
 
 class PatchStatus(Write, frozen=True, tag="PatchStatus", kw_only=True):

@@ -258,13 +258,26 @@ def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | 
         response = api.call_api(*serialized, _request_timeout=timeout)
     except Exception as exc:  # urllib3 transport errors, or an ApiException raised before a response
         status = getattr(exc, "status", 0) or 0
-        text = getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}"
-        raise _error(status, text) from None
+        if status:
+            raise _error(status, getattr(exc, "body", None) or str(exc)) from None
+        raise ApiError(0, "Unreachable", _transport_text(exc, getattr(api.configuration, "host", "?"))) from None
     if not 200 <= response.status <= 299:
         raise _error(response.status, response.read())
     if stream:
         return response.response
     return response.read()
+
+
+def _transport_text(exc: Exception, server: str) -> str:
+    """One line, as the reports say it (sources/cluster.py)."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if "timed out" in detail.lower() or "Timeout" in detail:
+        return f"the server at {server} did not answer in time"
+    if "Connection refused" in detail or "Failed to establish" in detail:
+        return f"unable to connect to the server at {server}: connection refused"
+    if "CERTIFICATE_VERIFY_FAILED" in detail or "SSLError" in detail:
+        return f"unable to connect to the server at {server}: TLS verification failed"
+    return f"unable to connect to the server at {server}: {' '.join(detail.split())[:300]}"
 
 
 def _error(status: int, body: Any) -> ApiError:
@@ -286,7 +299,8 @@ class Informer(threading.Thread):
 
     def __init__(self, resource: Resource, cache: Cache, api: Any, stop: threading.Event, *,
                  log: Callable[..., None], count_error: Callable[[str, str, str], None] | None = None,
-                 watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0):
+                 watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0,
+                 max_failures: int | None = None):
         super().__init__(name=f"informer-{resource.plural}", daemon=True)
         self.resource = resource
         self.cache = cache
@@ -299,6 +313,8 @@ class Informer(threading.Thread):
         self.max_backoff = max_backoff
         self.resource_version = ""
         self.lists = 0  # how many full lists (1 + relists)
+        self.max_failures = max_failures  # give up after this many failures in a row (--once); None: never
+        self.failed = ""  # why it gave up
         self._response: Any = None
 
     # --- list ---------------------------------------------------------------------------------------------
@@ -389,6 +405,11 @@ class Informer(threading.Thread):
                 self.count_error(verb, self.resource.plural, str(reason))
                 delay = min(self.max_backoff, self.base_backoff * (2**failures))
                 failures += 1
+                if self.max_failures is not None and failures >= self.max_failures:
+                    self.failed = f"{verb} {self.resource.qualified}: {exc}"
+                    self.log("error", level="error", kind=self.resource.kind, verb=verb, status=status,
+                             reason=reason, detail=str(exc), giveUpAfter=failures)
+                    return
                 self.log("error", level="warning", kind=self.resource.kind, verb=verb, status=status,
                          reason=reason, detail=str(exc), retryIn=f"{delay:g}s")
                 self.stop_event.wait(delay)
@@ -400,12 +421,15 @@ class Informer(threading.Thread):
                 response.shutdown()
 
 
-def wait_synced(cache: Cache, stop: threading.Event, timeout: float | None = None) -> bool:
-    """Until every kind has been listed once (or ``stop``, or ``timeout``)."""
+def wait_synced(cache: Cache, stop: threading.Event, timeout: float | None = None,
+                informers: list[Informer] = ()) -> bool:
+    """Until every kind has been listed once (or ``stop``, or ``timeout``, or an informer gave up)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while not stop.is_set():
         if cache.all_synced():
             return True
+        if any(i.failed for i in informers):
+            return False
         if deadline is not None and time.monotonic() > deadline:
             return False
         stop.wait(0.05)

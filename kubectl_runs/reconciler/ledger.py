@@ -256,7 +256,7 @@ class _Pass:
 
     # --- 2. closures and run records from recorded activations ----------------------------------------------
 
-    def finish_recorded(self, only: Reservation | None = None, after: str = "") -> None:
+    def finish_recorded(self, only: Reservation | None = None) -> None:
         reservations = [only] if only is not None else sorted(self.snap.reservations, key=lambda r: r.key)
         for reservation in reservations:
             activation = reservation.status.activation
@@ -279,13 +279,13 @@ class _Pass:
                                   if (e.run, e.group) == (action.run, action.group)), None)
                     ticket = f", ticket {entry.ticket[:16]}" if entry is not None else ""
                 self.emit(PatchStatus(
-                    kind="GPULease", namespace=lease.namespace, name=lease.name, status=status, after=after,
+                    kind="GPULease", namespace=lease.namespace, name=lease.name, status=status,
                     cause=f"{tag} by {reservation.key}: close {lease.key} ({lease.gpus} GPUs of {action.run} "
                           f"group {action.group}{ticket})",
                 ))
-            self._record_on_runs(reservation, after)
+            self._record_on_runs(reservation)
 
-    def _record_on_runs(self, reservation: Reservation, after: str = "") -> None:
+    def _record_on_runs(self, reservation: Reservation) -> None:
         activation = reservation.status.activation
         taken: dict[str, int] = {}
         for action in activation.actions:
@@ -302,7 +302,7 @@ class _Pass:
             entries.append({"reservation": reservation.key, "seed": activation.seed,
                             "at": rfc3339(activation.at), "gpus": gpus})
             self.emit(PatchStatus(
-                kind="Run", namespace=run.namespace, name=run.name, status={"preemptions": entries}, after=after,
+                kind="Run", namespace=run.namespace, name=run.name, status={"preemptions": entries},
                 cause=f"preempted by {reservation.key} (seed {activation.seed}): {gpus} GPUs of {run_key}",
             ))
 
@@ -340,9 +340,9 @@ class _Pass:
                       f"{summary}",
             )
             self.emit(decision)
-            # the closures only once the decision is recorded (``after``): a crash or a failed write in between
-            # is finished from the record by the next pass, never decided again
-            self.finish_recorded(self.snap.reservations_by_key[reservation.key], after=decision.ref)
+            # then the closures: a crash in between is finished from the record by the next pass, never decided
+            # again (and the loop sends nothing after a write that failed: each write assumes the ones before)
+            self.finish_recorded(self.snap.reservations_by_key[reservation.key])
 
     def _settle(self, reservation: Reservation, state: str, reason: str, message: str) -> None:
         self.emit(PatchStatus(
@@ -510,13 +510,6 @@ class _Pass:
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
-
-
-def next_activation(snapshot: Snapshot, at: datetime) -> Reservation | None:
-    """The Pending Reservation that falls due next after ``at`` (the loop wakes up for it: nothing else
-    happens at an earliestStart)."""
-    waiting = [r for r in snapshot.reservations if _pending(r) and r.spec.earliest_start > at]
-    return min(waiting, key=lambda r: (r.spec.earliest_start, r.key), default=None)
 
 
 def _pending(reservation: Reservation) -> bool:

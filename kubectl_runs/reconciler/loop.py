@@ -21,24 +21,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import msgspec
 
+from ..errors import UserError
 from ..model import Snapshot
 from ..timeutil import now_utc
 from .actions import AnyWrite, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
-from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, status_writes
+from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, next_change, status_writes
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
 GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
 ALL_KEY: ObjKey = (ALL, "", "")
+WRITERS = 4  # status writes in flight at once (independent objects)
+ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
 
@@ -231,9 +235,10 @@ class Reconciler:
         self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
         self.batches = 0
         self.resyncs = 0
-        self._wakes: set[tuple[ObjKey, datetime]] = set()  # activations the queue will wake up for
+        self._wake_at: datetime | None = None
         text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
         self._kill_after = (text, int(nth or 1)) if text else None
+        self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -245,52 +250,55 @@ class Reconciler:
 
         for resource in RESOURCES:
             informer = Informer(resource, self.cache, self._make_api(), self.stop, log=self.log,
-                                count_error=self.metrics.count_api_error, watch=watch)
+                                count_error=self.metrics.count_api_error, watch=watch,
+                                max_failures=None if watch else ONCE_LIST_ATTEMPTS)
             self.informers.append(informer)
             informer.start()
 
     # --- one evaluation -------------------------------------------------------------------------------------
 
-    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], set[ObjKey]]:
-        """The writes for ``keys`` (None: everything) from the cache as it is now, and the object keys looked
-        at. An object whose evaluation fails is logged and left out (and retried), never the whole batch."""
+    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], list[AnyWrite]]:
+        """The writes for ``keys`` (None: everything) from the cache as it is now: the ledger keeper's (in the
+        order it gives them) and the status writes (one per object, independent of each other). An object
+        whose evaluation fails is logged and left out (and retried), never the whole batch."""
         snapshot, stored, bad = self.cache.view()
         if keys is None:
             objects, everything = set(all_keys(snapshot)) | set(bad), True
         else:
             objects, everything = expand(keys, snapshot, bad)
         writes: list[AnyWrite] = []
+        ledger_writes: list[AnyWrite] = []
         evaluation = Evaluation(snapshot, at)
         if self.ledger is not None and self.settings.manage_leases:
             try:
-                writes += self.ledger(snapshot, at)
-                self._wake_for_next_activation(snapshot)
+                ledger_writes = list(self.ledger(snapshot, at))
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
         try:
             writes += status_writes(snapshot, at, stored, objects, bad, evaluation)
         except Exception:
             writes += self._one_by_one(snapshot, at, stored, objects, bad)
+        self._schedule_wake_up(snapshot, at)
         if everything:
             try:
                 self.metrics.update_fleet(snapshot, at, evaluation.book)
             except Exception as exc:
                 self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
-        return self._unsaid(writes, bad), objects
+        return ledger_writes, self._unsaid(writes, bad)
 
-    def _wake_for_next_activation(self, snapshot: Snapshot) -> None:
-        """Nothing happens at a Reservation's earliestStart: queue its key for then (a second late at most,
-        the clock being in whole seconds)."""
-        from .ledger import next_activation
-
-        now = self.clock()
-        due = next_activation(snapshot, now)
-        if due is None:
+    def _schedule_wake_up(self, snapshot: Snapshot, at: datetime) -> None:
+        """Look at everything again just after the next instant a fact changes by itself (a window opens, an
+        ETA passes, a reservation's earliestStart arrives): such changes come with no event."""
+        if self.settings.once or self.settings.dry_run:
             return
-        key: ObjKey = ("Reservation", due.metadata.namespace, due.metadata.name)
-        if (key, due.spec.earliest_start) not in self._wakes:
-            self._wakes.add((key, due.spec.earliest_start))
-            self.queue.add_after(key, (due.spec.earliest_start - now).total_seconds() + 1.0)
+        when = next_change(snapshot, at)
+        if when is None or when == self._wake_at:
+            return
+        delay = (when - at).total_seconds() + 1.0  # at has whole seconds; be just past the instant
+        if delay < self.settings.resync_period:  # else a resync comes first and schedules it then
+            self._wake_at = when
+            self.queue.add_after(ALL_KEY, delay)
+            self.log("wake-up scheduled", at=when.strftime("%Y-%m-%dT%H:%M:%SZ"), inSeconds=f"{delay:g}")
 
     def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
                     bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
@@ -316,40 +324,54 @@ class Reconciler:
             out.append(write)
         return out
 
-    def apply(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
-        outcomes = []
-        unwritten: set[str] = set()
-        for write in writes:
-            if write.after and write.after in unwritten:
-                outcome = Outcome(write, "skipped", f"{write.after} was not written")
-                self.log("write", level="warning", action=type(write).__name__, kind=write.kind,
-                         namespace=write.namespace, name=write.name, outcome=outcome.outcome, cause=write.cause,
-                         detail=outcome.detail)
-                unwritten.add(write.ref)
-                outcomes.append(outcome)
-                continue
-            outcome = self.applier.apply(write, at)
-            outcomes.append(outcome)
-            if outcome.outcome not in ("ok", "exists"):
-                unwritten.add(write.ref)
-            elif self._kill_after is not None and self._kill_after[0] in write.cause:
-                text, left = self._kill_after
-                self._kill_after = (text, left - 1)
-                if left <= 1:
-                    self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
-                    os.kill(os.getpid(), signal.SIGKILL)
+    def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
+        """``ordered`` one after the other (the ledger's writes may depend on each other), then
+        ``independent`` (one status write per object) on WRITERS threads."""
+        outcomes = self._in_order(ordered, at)
+        if len(independent) > 1:
+            outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
+        else:
+            outcomes += [self.applier.apply(write, at) for write in independent]
+        for outcome in outcomes:
+            write = outcome.write
             if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":
                 key = (write.kind, write.namespace, write.name)
                 _snapshot, _stored, bad = self.cache.view()
                 self._said.add((key, bad[key].resource_version if key in bad else ""))
         return outcomes
 
+    def _in_order(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
+        """One after the other, stopping at the first that is not written: each of the ledger's writes assumes
+        the ones before it (a victim's closure its Reservation's recorded decision, a new lease the closures that
+        freed its slots). The rest is skipped; the next pass computes it again from what was written."""
+        outcomes = []
+        failed: AnyWrite | None = None
+        for write in writes:
+            if failed is not None:
+                outcome = Outcome(write, "skipped", f"{failed.kind} {failed.key} was not written")
+                self.log("write", level="warning", action=type(write).__name__, kind=write.kind,
+                         namespace=write.namespace, name=write.name, outcome=outcome.outcome, cause=write.cause,
+                         detail=outcome.detail)
+                outcomes.append(outcome)
+                continue
+            outcome = self.applier.apply(write, at)
+            outcomes.append(outcome)
+            if outcome.outcome not in ("ok", "exists", "gone"):
+                failed = write
+            elif self._kill_after is not None and self._kill_after[0] in write.cause:
+                text, left = self._kill_after
+                self._kill_after = (text, left - 1)
+                if left <= 1:
+                    self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return outcomes
+
     def process(self, keys: list[ObjKey]) -> None:
         started = time.monotonic()
         at = self.clock()
-        writes, _objects = self.compute(keys, at)
+        ledger_writes, writes = self.compute(keys, at)
         failed: set[ObjKey] = set()
-        for outcome in self.apply(writes, at):
+        for outcome in self.apply(ledger_writes, writes, at):
             if outcome.retry:
                 write = outcome.write
                 key = (write.kind, write.namespace, write.name)
@@ -372,7 +394,10 @@ class Reconciler:
         self.start_informers(watch=not once)
         self.log("starting", mode="dry-run" if self.settings.dry_run else "once" if once else "watch",
                  resyncPeriod=f"{self.settings.resync_period:g}s")
-        if not wait_synced(self.cache, self.stop):
+        if not wait_synced(self.cache, self.stop, informers=self.informers):
+            failed = next((i.failed for i in self.informers if i.failed), "")
+            if failed:
+                raise UserError(f"{failed} (gave up after {ONCE_LIST_ATTEMPTS} tries)")
             return False
         self.log("synced", **{k: v for k, v in self.cache.counts().items()})
         return True
@@ -383,16 +408,20 @@ class Reconciler:
         if not self.sync():
             return 1
         at = self.clock()
-        writes, _ = self.compute(None, at)
+        ledger_writes, status = self.compute(None, at)
+        writes = ledger_writes + status
         if self.settings.dry_run:
             self.out.write(msgspec.json.encode(writes).decode() + "\n")
             self.out.flush()
             self.log("dry-run", writes=len(writes))
             return 0
-        pending = writes
+        ordered, independent = ledger_writes, status
+        pending: list[AnyWrite] = []
         for attempt in range(self.settings.once_attempts):
-            outcomes = self.apply(pending, at)
+            outcomes = self.apply(ordered, independent, at)
             pending = [o.write for o in outcomes if o.retry]
+            again = {id(w) for w in pending}
+            ordered, independent = [w for w in ordered if id(w) in again], [w for w in independent if id(w) in again]
             if not pending or self.stop.is_set():
                 break
             self.stop.wait(min(5.0, 0.2 * 2**attempt))
@@ -452,6 +481,7 @@ class Reconciler:
     def shutdown(self) -> None:
         self.stop.set()
         self.queue.shutdown()
+        self._pool.shutdown(wait=True)
         for informer in self.informers:
             informer.close()
         self.log("stopped", batches=self.batches, **{f"writes_{k}": v for k, v in sorted(self.applier.counts.items())})

@@ -497,6 +497,38 @@ def event_name(bad_name: str, uid: str, message: str) -> str:
     return f"{bad_name[:200]}.{digest}"
 
 
+# --- when the facts change by themselves --------------------------------------------------------------------
+
+
+def next_change(snapshot: Snapshot, at: datetime) -> datetime | None:
+    """The first instant after ``at`` at which something the engine reads changes with no event: an envelope
+    window opening or closing, a lease starting or ending, a reported ETA passing, a pending Reservation's
+    earliestStart arriving. The loop looks at everything again then (instead of at the next resync)."""
+    soonest: datetime | None = None
+
+    def consider(when: datetime | None) -> None:
+        nonlocal soonest
+        if when is not None and when > at and (soonest is None or when < soonest):
+            soonest = when
+
+    for budget in snapshot.budgets:
+        for envelope in budget.spec.envelopes:
+            consider(envelope.start)
+            consider(envelope.end)
+    for lease in snapshot.leases:
+        consider(lease.spec.start)
+        if lease.status.closed:
+            consider(lease.status.ended)
+    for run in snapshot.runs:
+        eta = run.status.eta
+        if eta is not None:
+            consider(eta.estimated_completion)
+    for reservation in snapshot.reservations:
+        if reservation.status.state in (None, "Pending"):
+            consider(reservation.spec.earliest_start)
+    return soonest
+
+
 # --- the entry point ---------------------------------------------------------------------------------------
 
 

@@ -144,9 +144,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: 
 class Reconciler:
     """``kubectl-runs reconcile ARGS`` in its own process, its stderr (logfmt, one line per action) kept."""
 
-    def __init__(self, cp, *args: str, log_dir: Path, name: str = "reconcile"):
+    def __init__(self, cp, *args: str, log_dir: Path, name: str = "reconcile", kubeconfig: str | None = None):
         self.log_path = Path(log_dir) / f"{name}-{time.monotonic_ns()}.log"
-        env = dict(os.environ, KUBECONFIG=cp.admin_kubeconfig, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, KUBECONFIG=kubeconfig or cp.admin_kubeconfig, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubectl_runs", "reconcile", *args],
@@ -166,6 +166,14 @@ class Reconciler:
             return self.count(fragment) >= count
 
         wait_for(f"{fragment!r} ×{count} in the reconciler's log", seen, timeout=timeout, every=0.05)
+
+    def metrics(self) -> str:
+        """The reconciler's own /metrics (started with ``--metrics-addr 127.0.0.1:0``)."""
+        import urllib.request
+
+        [url] = [m.group(1) for m in map(re.compile(r"msg=\"serving metrics\".* url=(\S+)").search, self.lines()) if m]
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+            return answer.read().decode()
 
     def writes(self) -> list[str]:
         return [line for line in self.lines() if "msg=write " in line]

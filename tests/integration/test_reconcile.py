@@ -9,6 +9,8 @@ run in file order and build on each other's objects."""
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import time
 from datetime import timedelta
@@ -76,8 +78,6 @@ def test_dry_run_prints_the_writes_and_makes_none(cp, logs):
     proc = Reconciler(cp, "--dry-run", log_dir=logs)
     out, _ = proc.proc.communicate(timeout=120)
     assert proc.stop() == 0
-    import json
-
     actions = json.loads(out)
     assert sorted((a["action"], a["kind"], a["name"]) for a in actions) == [
         ("PatchStatus", "Budget", "b"), ("PatchStatus", "Run", "held"), ("PatchStatus", "Run", "huge"),
@@ -194,6 +194,26 @@ def test_a_malformed_object_gets_an_event_and_the_loop_goes_on(cp, watcher):
     assert watcher.proc.poll() is None
 
 
+def test_a_window_that_opens_is_written_when_it_opens_not_at_the_next_resync(cp, watcher):
+    """No event says that a window opened: the loop wakes up just after the instant (resync is 5 minutes)."""
+    opens = now() + timedelta(seconds=4)
+    create(cp, [{"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "soon", "namespace": "soon"},
+                 "spec": {"owner": "org:soon", "envelopes": [{"name": "main", "flavor": FLAVOR, "concurrency": 4,
+                                                              "start": iso(opens),
+                                                              "end": iso(opens + timedelta(days=1))}]}}])
+
+    def window() -> bool | None:
+        envelopes = get(cp, budget_path("soon", "soon")).get("status", {}).get("envelopes")
+        return envelopes[0]["windowActive"] if envelopes else None
+
+    wait_for("the closed window in status", lambda: window() is False, timeout=10)
+    wait_for("the window to open in status", lambda: window() is True, timeout=15)
+    late = (now() - opens).total_seconds()
+    print(f"\nwindow opened -> status windowActive within {late:.0f} s (whole seconds)")
+    assert late <= 3
+    assert get(cp, budget_path("soon", "soon"))["status"]["envelopes"][0]["headroomGPUs"] == 4
+
+
 def test_a_killed_reconciler_restarted_writes_only_what_changed(cp, watcher, logs):
     wait_for("the watcher to be idle", lambda: _idle(watcher), timeout=20, every=0.2)
     watcher.stop(signal.SIGKILL)
@@ -216,6 +236,58 @@ def test_a_killed_reconciler_restarted_writes_only_what_changed(cp, watcher, log
 def _idle(proc: Reconciler, quiet: float = 1.5) -> bool:
     """No log line for ``quiet`` seconds (the loop logs every write)."""
     return time.time() - proc.log_path.stat().st_mtime > quiet
+
+
+def test_forbidden_writes_are_retried_with_backoff_counted_and_never_fatal(cp, logs):
+    """As a user who may read but not write status: the write is refused, logged, counted in
+    jobtree_api_errors_total and retried with a growing delay; once RBAC allows it, the status is written."""
+    cp.kubectl("apply", "-f", str(ROOT / "deploy" / "rbac-readonly.yaml"))
+    cp.kubectl("create", "clusterrolebinding", "reader-reads-all", "--clusterrole=kubectl-runs-reader", "--user=reader")
+    wait_for("the reader binding", lambda: cp.request("GET", f"{API}/runs?limit=1", user="reader")[0] == 200,
+             timeout=30, every=0.2)
+    create(cp, [run("denied", NS, flavor=FLAVOR, gpus=4)])
+    proc = Reconciler(cp, "--no-leader-elect", "--metrics-addr", "127.0.0.1:0", log_dir=logs, name="reader",
+                      kubeconfig=cp.kubeconfig_for("reader"))
+    try:
+        proc.wait_log("outcome=forbidden", count=3, timeout=30)
+        delays = [float(m.group(1)) for m in map(re.compile(r"msg=retry .*name=denied retryIn=([\d.]+)s").search,
+                                                  proc.lines()) if m]
+        assert delays[:3] == sorted(delays[:3]) and delays[2] > delays[0], delays
+        errors = [line for line in proc.metrics().splitlines()
+                  if line.startswith("jobtree_api_errors_total{") and 'reason="Forbidden"' in line]
+        assert errors and float(errors[0].rsplit(" ", 1)[1]) >= 3, errors
+        cp.kubectl("create", "clusterrole", "status-writer", "--verb=patch",
+                   "--resource=runs.jobtree.dev/status,budgets.jobtree.dev/status,reservations.jobtree.dev/status")
+        cp.kubectl("create", "clusterrolebinding", "reader-writes-status", "--clusterrole=status-writer",
+                   "--user=reader")
+        wait_for("the status once allowed", lambda: get(cp, run_path("denied")).get("status", {}).get("plan"),
+                 timeout=30, every=0.2)
+        assert proc.proc.poll() is None
+        print(f"\nforbidden: {proc.count('outcome=forbidden')} refused writes, retry delays {delays[:5]} s, "
+              f"then written once allowed")
+    finally:
+        assert proc.stop() == 0
+
+
+def test_an_unreachable_server_is_retried_and_once_gives_up_in_one_line(cp, logs, tmp_path):
+    dead = tmp_path / "dead.kubeconfig"
+    config = json.loads(open(cp.admin_kubeconfig).read())  # noqa: SIM115
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    dead.write_text(json.dumps(config))
+    proc = Reconciler(cp, *WATCH, log_dir=logs, name="dead", kubeconfig=str(dead))
+    try:
+        proc.wait_log("reason=Unreachable", count=15, timeout=30)  # 5 kinds x 3 tries
+        assert proc.proc.poll() is None
+        runs = [line for line in proc.lines() if "reason=Unreachable" in line and "kind=Run " in line]
+        assert [re.search(r"retryIn=(\S+)", line).group(1) for line in runs[:3]] == ["0.5s", "1s", "2s"]
+    finally:
+        assert proc.stop() == 0
+    once = Reconciler(cp, "--once", log_dir=logs, name="dead-once", kubeconfig=str(dead))
+    assert once.proc.wait(timeout=60) == 1
+    once.stop()
+    last = once.lines()[-1]
+    assert last.startswith("error: list ") and "connection refused" in last and "gave up after 4 tries" in last
+    assert not any("Traceback" in line for line in once.lines())
 
 
 FLEET_NS = "fleet"

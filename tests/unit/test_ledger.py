@@ -359,3 +359,34 @@ def test_a_lease_created_but_not_yet_seen_is_an_already_exists_not_a_second_leas
     seen_one = apply_writes(snap, first[:1])
     again = plan_ledger(seen_one, NOW)
     assert [w.name for w in creates(again)] == [first[1].name]
+
+
+# --- the loop applies the ledger's writes in order ----------------------------------------------------------
+
+
+def test_the_loop_sends_nothing_after_a_ledger_write_that_failed():
+    """The decision's PATCH fails (say, forbidden): neither the closures that carry it out nor the lease minted on
+    the slots they free are sent (no lease closed by a preemption that is not on record, no slot booked twice);
+    the next pass computes them again. Status writes (independent) still go out."""
+    import io
+
+    from kubectl_runs.reconciler.apply import Outcome
+    from kubectl_runs.reconciler.loop import Logger, Reconciler, Settings
+
+    snap = reserved_fleet()
+    writes = plan_ledger(snap, DUE)
+    decision = writes[0]
+    assert decision.kind == "Reservation" and "activation" in decision.status
+    status = PatchStatus(kind="Run", namespace="team", name="job", status={"phase": "Pending"})
+    sent: list = []
+
+    class Applier:
+        def apply(self, write, at):
+            sent.append(write)
+            return Outcome(write, "forbidden" if write is decision else "ok")
+
+    loop = Reconciler(lambda: None, Settings(once=True), log=Logger(io.StringIO()))
+    loop.applier = Applier()
+    outcomes = loop.apply(writes, [status], DUE)
+    assert [o.outcome for o in outcomes] == ["forbidden"] + ["skipped"] * (len(writes) - 1) + ["ok"]
+    assert sent == [decision, status]

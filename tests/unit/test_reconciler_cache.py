@@ -98,3 +98,110 @@ def test_groups_expand_from_the_snapshot():
     snapshot, _stored, bad = cache.view()
     assert expand([(FLAVOR, "", "H100")], snapshot, bad) == ({("Run", "team", "a"), ("Run", "x", "b")}, False)
     assert expand([ALL_KEY], snapshot, bad)[1] is True
+
+
+# --- the informer against a scripted API server --------------------------------------------------------------
+
+
+class _Stream:
+    def __init__(self, lines: list[bytes], on_end=None):
+        self.lines = lines
+        self.on_end = on_end
+
+    def stream(self, _amt, decode_content=True):
+        for line in self.lines:
+            yield line + b"\n"
+        if self.on_end is not None:
+            self.on_end()
+
+    def release_conn(self):
+        pass
+
+
+class _Answer:
+    def __init__(self, status: int, data: bytes = b"", stream: _Stream | None = None):
+        self.status = status
+        self.data = data
+        self.response = stream
+
+    def read(self):
+        return self.data
+
+
+class ScriptedApi:
+    """Answers the informer's requests in order from a script of (expected query check, answer)."""
+
+    class configuration:
+        host = "https://scripted"
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests: list[dict] = []
+
+    def param_serialize(self, method, resource_path, query_params, header_params, body, auth_settings):
+        return (method, resource_path, dict(query_params), body)
+
+    def call_api(self, method, path, query, body, _request_timeout=None):
+        self.requests.append({"method": method, "path": path, **query})
+        return self.answers.pop(0)
+
+
+def _event(kind: str, obj: bytes) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + obj + b"}"
+
+
+def test_the_informer_lists_watches_with_bookmarks_and_relists_on_410():
+    import threading
+
+    from kubectl_runs.reconciler.cache import Informer
+    from kubectl_runs.sources.cluster import RESOURCES
+
+    stop = threading.Event()
+    seen = []
+    cache = Cache(on_change=lambda kind, old, new: seen.append((old and old.name, new and new.name)))
+    page = lambda items, rv: (b'{"metadata":{"resourceVersion":"' + rv + b'"},"items":[' + b",".join(items)  # noqa: E731
+                              + b"]}")
+    gone = b'{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 10 (12)"}'
+    api = ScriptedApi([
+        _Answer(200, page([run_json("a", "5")], b"10")),
+        _Answer(200, stream=_Stream([_event("ADDED", run_json("b", "11")),
+                                     _event("BOOKMARK", b'{"kind":"Run","metadata":{"resourceVersion":"15"}}'),
+                                     _event("ERROR", gone)])),
+        _Answer(200, page([run_json("b", "16")], b"20")),
+        _Answer(200, stream=_Stream([_event("MODIFIED", run_json("b", "21", gpus=16))], on_end=stop.set)),
+    ])
+    logged = []
+    run_resource = next(r for r in RESOURCES if r.kind == "Run")
+    informer = Informer(run_resource, cache, api, stop, log=lambda msg, **f: logged.append((msg, f)))
+    informer.run()
+    lists = [r for r in api.requests if "watch" not in r]
+    watches = [r for r in api.requests if "watch" in r]
+    assert [r["limit"] for r in lists] == [500, 500]
+    assert [(w["resourceVersion"], w["allowWatchBookmarks"]) for w in watches] == [("10", "true"), ("20", "true")]
+    assert informer.lists == 2
+    assert ("relist", {"kind": "Run", "reason": "410 Gone", "detail": "too old resource version: 10 (12)"}) in logged
+    assert seen == [(None, "a"), (None, "b"), ("b", "b"), ("a", None), ("b", "b")]
+    assert cache.get("Run", "team/b").record.spec.resources.total_gpus == 16
+    assert cache.get("Run", "team/a") is None
+
+
+def test_the_informer_backs_off_on_errors_and_counts_them():
+    import threading
+
+    from kubectl_runs.reconciler.cache import Informer
+    from kubectl_runs.sources.cluster import RESOURCES
+
+    stop = threading.Event()
+    counted = []
+    refused = b'{"kind":"Status","code":403,"reason":"Forbidden","message":"runs.jobtree.dev is forbidden"}'
+    api = ScriptedApi([_Answer(403, refused), _Answer(403, refused),
+                       _Answer(200, b'{"metadata":{"resourceVersion":"3"},"items":[]}')])
+    logged = []
+    informer = Informer(next(r for r in RESOURCES if r.kind == "Run"), Cache(), api, stop,
+                        log=lambda msg, **f: logged.append((msg, f)),
+                        count_error=lambda verb, resource, reason: counted.append((verb, resource, reason)),
+                        watch=False, base_backoff=0.01)
+    informer.run()
+    assert counted == [("list", "runs", "Forbidden"), ("list", "runs", "Forbidden")]
+    assert [f["retryIn"] for msg, f in logged if msg == "error"] == ["0.01s", "0.02s"]
+    assert informer.lists == 1

@@ -67,3 +67,12 @@ def test_get_batch_waits_for_work_and_shutdown_ends_the_wait():
     worker.join(2)
     assert not worker.is_alive()
     assert got[-1] == []
+
+
+def test_reconcile_help_does_not_import_the_kubernetes_client():
+    from test_fast_start import imported_by, top_level
+
+    code, out, modules = imported_by("reconcile", "--help")
+    assert code == 0
+    assert "--resync-period" in out and "--dry-run" in out
+    assert "kubernetes" not in top_level(modules)

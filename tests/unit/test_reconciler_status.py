@@ -218,3 +218,13 @@ def test_a_bad_lease_gets_an_event_only():
     bad = BadObject(kind="GPULease", namespace="team", name="l", error="spec.slice.slots: expected at least 1 item")
     [event] = status_writes(snapshot(), at(hours=1), {}, [bad.key], {bad.key: bad})
     assert isinstance(event, RecordEvent)
+
+
+def test_the_next_change_is_the_first_instant_a_fact_changes_by_itself(fleet):
+    from kubectl_runs.reconciler.status import next_change
+
+    assert next_change(fleet, AT) == at("2025-11-21T06:00:00Z")  # train-16's reported completion
+    later = snapshot(budget(envelopes=[envelope(start=at(hours=2), end=at(hours=9))]),
+                     lease("l", start=at(hours=5), ended=at(hours=7)))
+    assert [next_change(later, at(hours=h)) for h in (1, 2, 5, 7, 9)] == [
+        at(hours=2), at(hours=5), at(hours=7), at(hours=9), None]

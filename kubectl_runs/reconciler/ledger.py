@@ -205,13 +205,21 @@ class _Pass:
 
     def __post_init__(self) -> None:
         self.objects = _Objects(self.origin)
-        self.stamp = rfc3339(self.at)
+        self._book: tuple | None = None
+        self._waiting: tuple | None = None  # (view, keys of runs with a Pending Reservation)
 
     # --- plumbing -------------------------------------------------------------------------------------------
 
     @property
     def snap(self) -> Snapshot:
         return self.objects.snapshot
+
+    def book(self) -> tuple[list[GPULease], Any]:
+        """The leases open now and their ledger, for the current view (computed again only after a write)."""
+        snap = self.snap
+        if self._book is None or self._book[0] is not snap:
+            self._book = (snap, *open_ledger(snap, self.at))
+        return self._book[1], self._book[2]
 
     def emit(self, write: AnyWrite) -> None:
         self.writes.append(write)
@@ -362,16 +370,21 @@ class _Pass:
         )
         for run in order:
             for _ in range(2):  # start, then grow toward the desired width
+                self._release_started(run.key)
                 if not self._admit_one(self.snap.runs_by_key[run.key]):
                     break
-                self._release_started(run.key)
 
     def _release_started(self, run_key: str) -> None:
         """A run that holds its start width has no use for a Pending Reservation (nor for its scope, which would
         keep its growth in one domain)."""
         snap = self.snap
+        if self._waiting is None or self._waiting[0] is not snap:
+            self._waiting = (snap, {r.spec.run_ref.key for r in snap.reservations if _pending(r)})
+        if run_key not in self._waiting[1]:
+            return
         run = snap.runs_by_key[run_key]
-        if _below_start(run, _held(snap, run, self.at)) or not _held(snap, run, self.at).active:
+        held = _held(snap, run, self.at)
+        if _below_start(run, held) or not held.active:
             return
         for reservation in sorted(snap.reservations, key=lambda r: r.key):
             if reservation.spec.run_ref.key == run_key and _pending(reservation):
@@ -382,7 +395,7 @@ class _Pass:
         held = _held(snap, run, self.at)
         if _full(run, held):
             return False
-        leases, book = open_ledger(snap, self.at)
+        leases, book = self.book()
         plan = plan_run(snap, run, self.at, leases=leases, book=book)
         if plan.blocked is not None:
             return False
@@ -407,7 +420,7 @@ class _Pass:
 
     def reserve(self) -> None:
         snap = self.snap
-        leases, book = open_ledger(snap, self.at)
+        leases, book = self.book()
         pending: dict[str, list[Reservation]] = {}
         for reservation in sorted(snap.reservations, key=lambda r: r.key):
             if _pending(reservation):
@@ -431,7 +444,7 @@ class _Pass:
                     if r.status.state is None:  # created, its status not written yet (a crash, or this pass)
                         self._pending_state(r)
         snap = self.snap
-        leases, book = open_ledger(snap, self.at)
+        leases, book = self.book()
         waiting = {r.spec.run_ref.key for r in snap.reservations if _pending(r)}
         far = datetime.max.replace(tzinfo=UTC)
         for run in sorted((r for r in snap.runs if _live(r)), key=lambda r: (r.metadata.creation_timestamp or far,

@@ -31,7 +31,7 @@ import msgspec
 from ..errors import UserError
 from ..model import Snapshot
 from ..timeutil import now_utc
-from .actions import AnyWrite, RecordEvent
+from .actions import AnyWrite, Create, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
@@ -341,9 +341,10 @@ class Reconciler:
         return outcomes
 
     def _in_order(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
-        """One after the other, stopping at the first that is not written: each of the ledger's writes assumes
-        the ones before it (a victim's closure its Reservation's recorded decision, a new lease the closures that
-        freed its slots). The rest is skipped; the next pass computes it again from what was written."""
+        """One after the other; after a status write that is not written, the rest is skipped: the ledger's
+        later writes assume it (a victim's closure its Reservation's recorded decision, a new lease the closures
+        that freed its slots). The next pass computes them again from what was written. A Create that fails only
+        leaves GPUs free, so the writes after it still go out (a namespace that refuses them holds up no other)."""
         outcomes = []
         failed: AnyWrite | None = None
         for write in writes:
@@ -356,7 +357,7 @@ class Reconciler:
                 continue
             outcome = self.applier.apply(write, at)
             outcomes.append(outcome)
-            if outcome.outcome not in ("ok", "exists", "gone"):
+            if outcome.outcome not in ("ok", "exists", "gone") and not isinstance(write, Create):
                 failed = write
             elif self._kill_after is not None and self._kill_after[0] in write.cause:
                 text, left = self._kill_after

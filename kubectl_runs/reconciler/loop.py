@@ -355,7 +355,7 @@ class Reconciler:
                          detail=outcome.detail)
                 outcomes.append(outcome)
                 continue
-            outcome = self.applier.apply(write, at)
+            outcome = self.applier.apply(write, at, echo=True)
             outcomes.append(outcome)
             if outcome.outcome not in ("ok", "exists", "gone") and not isinstance(write, Create):
                 failed = write

@@ -381,7 +381,7 @@ def test_the_loop_sends_nothing_after_a_ledger_write_that_failed():
     sent: list = []
 
     class Applier:
-        def apply(self, write, at):
+        def apply(self, write, at, **_):
             sent.append(write)
             return Outcome(write, "forbidden" if write is decision else "ok")
 

@@ -25,7 +25,8 @@ from builders import (
     to_manifest,
 )
 
-from kubectl_runs.engine.lottery import derive_seed, verify_all
+from kubectl_runs.engine.lottery import derive_seed
+from kubectl_runs.engine.verify import verify_all
 from kubectl_runs.model import Run, Snapshot
 from kubectl_runs.reconciler.actions import Create, PatchStatus
 from kubectl_runs.reconciler.ledger import LedgerOptions, apply_writes, plan_ledger

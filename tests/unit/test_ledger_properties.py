@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubectl_runs.engine.accounting import ledger
-from kubectl_runs.engine.lottery import verify_all
+from kubectl_runs.engine.verify import verify_all
 from kubectl_runs.model import Run, Snapshot
 from kubectl_runs.reconciler.actions import PatchStatus
 from kubectl_runs.reconciler.ledger import apply_writes, plan_ledger

@@ -101,7 +101,8 @@ class GlobalOptions:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
         return None if self.all_namespaces else self.namespace
 
-    def source(self, namespace: str | None) -> Source:
+    def source(self, namespace: str | None, *, queues: bool = False) -> Source:
+        """What to read; ``queues`` adds the Kueue and Kaiwo kinds to a live list (snapshots hold what they hold)."""
         from ..sources import Source
 
         return Source(
@@ -112,6 +113,7 @@ class GlobalOptions:
             namespace=namespace,
             chunk_size=self.chunk_size,
             fallback_namespace=None if self.snapshots else self.object_namespace(),
+            queues=queues,
         )
 
     def timeout_seconds(self) -> float | None:
@@ -127,10 +129,10 @@ class GlobalOptions:
         seconds = float(match.group(1)) * scale
         return seconds or None
 
-    def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
+    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False) -> Snapshot:
         from ..sources import load
 
-        snapshot = load(self.source(namespace), stdin)
+        snapshot = load(self.source(namespace, queues=queues), stdin)
         for note in snapshot.notes:
             click.echo(f"note: {note}", err=True)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a

@@ -10,6 +10,7 @@ import click
 
 from ..engine.lottery import RunDraw
 from ..engine.plan import Explanation, explain_run
+from ..errors import UsageError
 from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section, ago, when
 from ..timeutil import parse_time
 from .completion import complete_runs
@@ -19,11 +20,15 @@ from .plan import forecast_lines, plan_sections, when_text, wrapped
 RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
 
 
+# `explain workload NAME` / `explain kaiwojob NAME`: Kueue's view (cli/queues.py), beside `explain RUN`.
+QUEUED_KINDS = ("workload", "workloads", "wl", "kaiwojob", "kaiwojobs", "kaiwoservice", "kaiwoservices")
+
+
 @click.command("explain")
-@click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
+@click.argument("words", metavar="RUN", nargs=-1, required=True, shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def explain(ctx: click.Context, run_name: str) -> None:
+def explain(ctx: click.Context, words: tuple[str, ...]) -> None:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
     borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
     leases, and its preemption history — each preempting reservation with its seed, checked as
@@ -32,13 +37,27 @@ def explain(ctx: click.Context, run_name: str) -> None:
     RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
     else default; with -A in every namespace (it must be unique there).
 
+    `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
+    the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
+    its shortfall (own quota, cohort borrowing, nodes), its place in the queue, Kueue's own message and remedies.
+
     \b
     Examples:
       kubectl runs explain pretrain-32 -n rai-sys
       kubectl runs explain lab-scratch-8 -n shared-lab -o yaml
       kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
+      kubectl runs explain workload a-eval-3 -n team-a
+      kubectl runs explain kaiwojob mi-finetune -n team-b -o json
     """
     opts = GlobalOptions.of(ctx)
+    if len(words) == 2 and words[0].lower() in QUEUED_KINDS:
+        from .queues import explain_queued
+
+        explain_queued(opts, *words)
+        return
+    if len(words) != 1:
+        raise UsageError(f"explain takes RUN, or workload NAME, or kaiwojob NAME; got {' '.join(words)!r}")
+    run_name = words[0]
     fmt = opts.output_format(OBJECT_FORMATS)
     opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
     snapshot = opts.load(None)

@@ -79,3 +79,32 @@ def test_a_user_who_may_not_read_kueue_still_saves_the_rest(kueue_plane):
     notes = saved.stderr.splitlines()
     assert len(notes) == 8
     assert all(n.startswith("note: forbidden: ") and "the snapshot holds no" in n for n in notes)
+
+
+def test_queues_usage_and_explain_the_same_live_as_on_the_saved_snapshot(kueue_plane, tmp_path):
+    """Every report on the real CRDs' objects, live and from `snapshot save` of the same cluster: identical JSON."""
+    cp = kueue_plane
+    saved = run_plugin("snapshot", "save", "-f", str(tmp_path / "saved.json"), kubeconfig=cp.admin_kubeconfig)
+    assert saved.returncode == 0, saved.stderr
+    commands = [
+        ("queues", "usage"),
+        ("queues", "usage", "--cohort", "research", "--flavor", "h100"),
+        ("explain", "workload", "team-a/a-eval-3"),
+        ("explain", "workload", "c-small-1", "-n", "team-c"),
+        ("explain", "workload", "a-train-1", "-A"),
+        ("explain", "kaiwojob", "mi-finetune", "-n", "team-b"),
+    ]
+    for args in commands:
+        live = run_plugin(*args, "-o", "json", kubeconfig=cp.admin_kubeconfig)
+        offline = run_plugin(*args, "-o", "json", "--snapshot", str(tmp_path / "saved.json"))
+        assert live.returncode == offline.returncode == 0, (args, live.stderr, offline.stderr)
+        assert json.loads(live.stdout) == json.loads(offline.stdout), args
+        assert live.stderr == offline.stderr == ""
+    usage = json.loads(run_plugin("queues", "usage", "-o", "json", kubeconfig=cp.admin_kubeconfig).stdout)
+    assert [(r["clusterQueue"], r["flavor"], r["reserved"], r["pending"], r["headroom"]) for r in
+            usage["clusterQueues"]] == [
+        ("team-a", "h100", 12, 6, 0), ("team-b", "h100", 4, 0, 0), ("team-b", "mi300x", 8, 16, 8),
+        ("team-c", "h100", 0, 4, 0), ("team-c", "a100", 0, 0, 8)]
+    explained = json.loads(run_plugin("explain", "kaiwojob", "team-b/mi-finetune", "-o", "json",
+                                      kubeconfig=cp.admin_kubeconfig).stdout)
+    assert explained["workload"] == "team-b/b-mi-2" and explained["kueue"]["matches"] is True

@@ -107,12 +107,15 @@ class Applier:
     def leading(self) -> bool:
         return self.elector is None or self.elector.is_leader()
 
-    def apply(self, write: AnyWrite, at: datetime) -> Outcome:
+    def apply(self, write: AnyWrite, at: datetime, *, echo: bool = False) -> Outcome:
+        """Make one write. The object as the server answers goes into the cache at once; ``echo`` says whether
+        that counts as a change for the loop (the ledger's writes do: leases closed, reservations activated
+        move budgets and plans; a status write of status.py does not: it only records what was computed)."""
         if not self.leading():
             outcome = Outcome(write, SKIPPED, "not the leader")
         else:
             try:
-                outcome = self._apply(write, at)
+                outcome = self._apply(write, at, echo)
             except ApiError as exc:
                 outcome = self._failed(write, exc)
             except Exception as exc:  # never into the loop: logged, counted, retried
@@ -120,13 +123,13 @@ class Applier:
         self._record(outcome)
         return outcome
 
-    def _apply(self, write: AnyWrite, at: datetime) -> Outcome:
+    def _apply(self, write: AnyWrite, at: datetime, echo: bool) -> Outcome:
         if isinstance(write, PatchStatus):
             path = object_path(write.kind, write.namespace, write.name) + "/status"
             answer = request(self.api, "PATCH", path, body={"status": write.status},
                              content_type="application/merge-patch+json", timeout=self.timeout)
             if self.cache is not None:
-                self.cache.upsert(decode_entry(write.kind, answer), notify=False)
+                self.cache.upsert(decode_entry(write.kind, answer), notify=echo)
             return Outcome(write, OK)
         if isinstance(write, Create):
             try:

@@ -319,7 +319,7 @@ class Reconciler:
     def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
         """``ordered`` one after the other (the ledger's writes may depend on each other), then
         ``independent`` (one status write per object) on WRITERS threads."""
-        outcomes = [self.applier.apply(write, at) for write in ordered]
+        outcomes = [self.applier.apply(write, at, echo=True) for write in ordered]
         if len(independent) > 1:
             outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
         else:

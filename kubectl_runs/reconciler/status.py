@@ -219,6 +219,10 @@ def budget_status(ev: Evaluation, namespace: str, name: str, generation: int) ->
     return status, drift
 
 
+def _clip(when: datetime, start: datetime, end: datetime) -> datetime:
+    return min(max(when, start), end)
+
+
 def _hours(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -237,8 +241,8 @@ def envelopes_equal(desired: list[dict], stored: Any, drift: Mapping[str, tuple]
         }:
             return False
         rate, start, end = drift[want["name"]]
-        lo, hi = max(since, start), min(at, end)
-        gained = rate * max(0.0, (hi - lo).total_seconds()) / 3600.0
+        # Signed: a replica whose clock is behind the one that wrote updatedAt projects backwards, exactly.
+        gained = rate * (_clip(at, start, end) - _clip(since, start, end)).total_seconds() / 3600.0
         try:
             stored_hours = _hours(have.get("consumedGPUHours"))
             stored_headroom = _hours(have.get("gpuHoursHeadroom"))

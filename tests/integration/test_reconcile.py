@@ -227,6 +227,9 @@ def test_a_killed_reconciler_restarted_writes_only_what_changed(cp, watcher, log
                  timeout=10)
         wait_for("the restarted reconciler to be idle", lambda: _idle(again), timeout=20, every=0.2)
         writes = delta(status_patches(cp), before)
+        lines = again.lines()
+        synced = next(i for i, line in enumerate(lines) if "msg=synced" in line)
+        assert not any("msg=write " in line for line in lines[:synced]), "a write before the lists were synced"
         print(f"\nkilled, one run created, restarted: status PATCHes {writes}")
         assert writes == {"runs": 1, "budgets": 0, "reservations": 0}, "\n".join(again.writes())
     finally:

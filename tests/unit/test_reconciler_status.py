@@ -228,3 +228,10 @@ def test_the_next_change_is_the_first_instant_a_fact_changes_by_itself(fleet):
                      lease("l", start=at(hours=5), ended=at(hours=7)))
     assert [next_change(later, at(hours=h)) for h in (1, 2, 5, 7, 9)] == [
         at(hours=2), at(hours=5), at(hours=7), at(hours=9), None]
+
+
+def test_a_replica_whose_clock_is_behind_does_not_rewrite_the_hours():
+    """Written at +5 h by one replica; another whose clock says +4 h 59 min 58 s projects backwards."""
+    fleet = snapshot(node("n1", gpus=8), budget(), lease("l1", gpus=8, node_name="n1"))
+    stored = stored_after(status_writes(fleet, at(hours=5), {}))
+    assert status_writes(fleet, at(hours=5) - timedelta(seconds=2), stored) == []

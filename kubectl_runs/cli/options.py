@@ -102,7 +102,7 @@ class GlobalOptions:
         return None if self.all_namespaces else self.namespace
 
     def source(self, namespace: str | None, *, queues: bool = False) -> Source:
-        """What to read; ``queues`` adds the Kueue and Kaiwo kinds to a live list (snapshots hold what they hold)."""
+        """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold)."""
         from ..sources import Source
 
         return Source(

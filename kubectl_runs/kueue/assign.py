@@ -161,7 +161,7 @@ def _flavor_for_group(
     usage_so_far: dict[FR, int],
 ) -> tuple[str | None, int, list[FlavorTry], list[str]]:
     """``findFlavorForPodSetResource``: (flavor, mode, every flavor tried, reasons) for one resource group."""
-    label_keys = {key for f in group.flavors for key in _node_labels(fleet, f.name)}
+    label_keys = {key for f in group.flavors for key in node_labels_of(fleet, f.name)}
     tries: list[FlavorTry] = []
     reasons: list[str] = []
     best: str | None = None
@@ -175,13 +175,13 @@ def _flavor_for_group(
             reasons.append(reason)
             tries.append(FlavorTry(name, EXCLUDED, NO_FIT, (reason,)))
             continue
-        taint = _untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations))
+        taint = untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations))
         if taint is not None:
             reason = f"untolerated taint {taint} in flavor {name}"
             reasons.append(reason)
             tries.append(FlavorTry(name, EXCLUDED, NO_FIT, (reason,)))
             continue
-        if not _affinity_matches(spec, label_keys, flavor.spec.node_labels):
+        if not affinity_matches(spec, label_keys, flavor.spec.node_labels):
             reason = f"flavor {name} doesn't match node affinity"
             reasons.append(reason)
             tries.append(FlavorTry(name, EXCLUDED, NO_FIT, (reason,)))
@@ -242,12 +242,12 @@ def _can_preempt_while_borrowing(cq: ClusterQueue) -> bool:
     return borrow is not None and borrow.policy != "Never"
 
 
-def _node_labels(fleet: Fleet, flavor: str) -> dict[str, str]:
+def node_labels_of(fleet: Fleet, flavor: str) -> dict[str, str]:
     found = fleet.flavors.get(flavor)
     return {} if found is None else found.spec.node_labels
 
 
-def _untolerated(taints, tolerations) -> object | None:
+def untolerated(taints, tolerations) -> object | None:
     for taint in taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
@@ -256,7 +256,7 @@ def _untolerated(taints, tolerations) -> object | None:
     return None
 
 
-def _affinity_matches(spec: PodSpec, label_keys: set[str], node_labels: dict[str, str]) -> bool:
+def affinity_matches(spec: PodSpec, label_keys: set[str], node_labels: dict[str, str]) -> bool:
     """``flavorSelector``: the pod's nodeSelector and required node affinity, keeping only the keys the
     group's flavors label, matched against the flavor's ``nodeLabels``."""
     for key, want in spec.node_selector.items():

@@ -364,16 +364,30 @@ class Workload(_NamespacedObject, tag_field="kind", tag="Workload"):
     def quota_reserved(self) -> bool:
         """Holds quota in its ClusterQueue: an admission and ``QuotaReserved=True``, not finished (Kueue's
         cache counts exactly these)."""
-        return self.status.admission is not None and self.is_true("QuotaReserved") and not self.finished
+        return self.state()[0]
 
     @property
     def admitted(self) -> bool:
-        return self.quota_reserved and self.is_true("Admitted")
+        return self.state()[1]
 
     @property
     def pending(self) -> bool:
         """Waiting for quota: active, not finished, and no quota reserved."""
-        return self.spec.active and not self.finished and not self.quota_reserved
+        return self.state()[2]
+
+    def state(self) -> tuple[bool, bool, bool]:
+        """(holds quota, admitted, pending) from one pass over the conditions."""
+        reserved = admitted = finished = False
+        for condition in self.status.conditions:
+            kind = condition.type
+            if kind == "QuotaReserved":
+                reserved = condition.status == "True"
+            elif kind == "Admitted":
+                admitted = condition.status == "True"
+            elif kind == "Finished":
+                finished = condition.status == "True"
+        holds = reserved and not finished and self.status.admission is not None
+        return holds, holds and admitted, self.spec.active and not finished and not holds
 
 
 # --- Kaiwo ---------------------------------------------------------------------------------------------------
@@ -496,6 +510,8 @@ _SUFFIX = {
 def quantity(value: Quantity | None, resource: str) -> int:
     """A Kubernetes quantity as Kueue counts it (``resources.ResourceValue``): millicores for ``cpu``, whole
     units rounded up for everything else (GPUs: ``"8"`` -> 8). A value that is not a quantity counts 0."""
+    if value.__class__ is str and value.isdigit():  # the common case: "8"
+        return int(value) * 1000 if resource == "cpu" else int(value)
     if value is None:
         return 0
     if isinstance(value, int):

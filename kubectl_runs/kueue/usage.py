@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..model import Snapshot
-from .assign import assign
-from .model import ClusterQueue, Workload
-from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode, node_allocatable, podset_requests
+from .model import ClusterQueue, quantity
+from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode
 
 MISSING_CLUSTER_QUEUE = "MissingClusterQueue"
 MISSING_LOCAL_QUEUE = "MissingLocalQueue"
@@ -125,7 +124,7 @@ class QueuesUsage:
 def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:
     """The report over the whole snapshot, then the rows asked for: ``cohort`` keeps the ClusterQueues in that
     Cohort's tree, ``flavor`` the rows of that flavor; the arithmetic always covers everything."""
-    fleet = Fleet(snapshot.queues, snapshot.nodes)
+    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES)
     pending = _pending_by_flavor(fleet)
     rows: list[QueueRow] = []
     for cq in sorted(snapshot.queues.cluster_queues, key=lambda c: c.name):
@@ -163,7 +162,6 @@ def _row(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, fr: FR, pending: dict)
     available = max(0, node.available(fr))
     own = min(available, max(0, limits.nominal - reserved))
     gpus, count = pending.get((cq.name, *fr), (0, 0))
-    nodes = [n for n in fleet.flavor_nodes(fr[0]) if n.schedulable]
     return QueueRow(
         cluster_queue=cq.name,
         cohort=cq.spec.cohort,
@@ -179,16 +177,14 @@ def _row(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, fr: FR, pending: dict)
         headroom=own,
         cohort_can_lend=available - own,
         maximum=node.potential(fr),
-        nodes=len(nodes),
-        node_gpus=sum(node_allocatable(n, fr[1]) for n in nodes),
+        nodes=len(fleet.schedulable_nodes(fr[0])),
+        node_gpus=fleet.physical(*fr),
         kueue_reserved=_status_total(cq.status.flavors_reservation, fr),
         kueue_admitted=_status_total(cq.status.flavors_usage, fr),
     )
 
 
 def _status_total(usages, fr: FR) -> int | None:
-    from .model import quantity
-
     for usage in usages:
         if usage.name == fr[0]:
             for resource in usage.resources:
@@ -198,81 +194,122 @@ def _status_total(usages, fr: FR) -> int | None:
 
 
 def _pending_by_flavor(fleet: Fleet) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """(ClusterQueue, flavor, resource) -> (GPUs, workloads) of the pending workloads, each counted once, at the
-    flavor Kueue would give it now, else the first flavor it could ever fit (where it waits for quota)."""
+    """(ClusterQueue, flavor, resource) -> (GPUs, workloads) of the pending workloads, each pod set's GPUs counted
+    once: at the first flavor of the queue's order that its pods may use (no untolerated taint, node affinity
+    matches) and that could ever hold the request (the queue's maximum capacity there), else at the first
+    flavor. That is where the demand waits for quota; `explain workload` shows Kueue's full assignment.
+
+    The hot loop of `queues usage` (tens of thousands of pending workloads): a pod set without selectors or
+    tolerations, first in its flavors, gets its flavor from a memo keyed by (resource, GPUs)."""
     out: dict[tuple[str, str, str], list[int]] = {}
-    memo: dict[tuple, list[tuple[str, str, int]]] = {}
     for cq_name, workloads in fleet.pending.items():
         cq = fleet.cluster_queues[cq_name]
+        node = fleet.nodes_by_name[cq_name]
+        orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
+        memo: dict[tuple[str, int], str] = {}
         for workload in workloads:
-            key = _shape(cq_name, workload)
-            places = memo.get(key) if key is not None else None
-            if places is None:
-                places = _places(fleet, workload, cq)
-                if key is not None:
-                    memo[key] = places
-            seen = set()
-            for flavor, resource, gpus in places:
-                entry = out.setdefault((cq_name, flavor, resource), [0, 0])
-                entry[0] += gpus
-                if (flavor, resource) not in seen:
-                    entry[1] += 1
-                    seen.add((flavor, resource))
+            so_far: dict[FR, int] = {}
+            for pod_set in workload.spec.pod_sets:
+                spec = pod_set.template.spec
+                plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
+                for resource, per_pod in _pod_gpus(spec).items():
+                    order = orders[resource]
+                    if not order:
+                        continue
+                    gpus = per_pod * pod_set.count
+                    if plain and not so_far:
+                        flavor = memo.get((resource, gpus))
+                        if flavor is None:
+                            flavor = memo[(resource, gpus)] = _first_that_holds(
+                                fleet, cq, node, order, resource, gpus, so_far, spec, plain)
+                    else:
+                        flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far, spec, plain)
+                    key = (flavor, resource)
+                    first = key not in so_far
+                    so_far[key] = so_far.get(key, 0) + gpus
+                    entry = out.get((cq_name, flavor, resource))
+                    if entry is None:
+                        entry = out[(cq_name, flavor, resource)] = [0, 0]
+                    entry[0] += gpus
+                    if first:
+                        entry[1] += 1
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _shape(cq: str, workload: Workload) -> tuple | None:
-    """What the flavor choice of a plain workload depends on (pod sets without selectors or tolerations): two
-    workloads of one shape in one queue get the same answer, computed once."""
-    parts: list = [cq]
-    for pod_set in workload.spec.pod_sets:
-        spec = pod_set.template.spec
-        if spec.node_selector or spec.tolerations or spec.affinity is not None or spec.init_containers or spec.overhead:
-            return None
-        parts.append(pod_set.count)
-        for container in spec.containers:
-            parts.append(tuple(container.resources.requests.items()))
-            parts.append(tuple(container.resources.limits.items()))
-        parts.append(None)
-    return tuple(parts)
-
-
-def _places(fleet: Fleet, workload: Workload, cq: ClusterQueue) -> list[tuple[str, str, int]]:
-    assignment = assign(fleet, workload, cq)
-    places = []
-    by_name = {p.name: p for p in workload.spec.pod_sets}
-    for choice in assignment.pod_sets:
-        requests = choice.requests
+def _pod_gpus(spec) -> dict[str, int]:
+    """GPUs per pod, per GPU resource (containers add up, a limit alone is the request; an init container counts
+    by its maximum; the overhead adds on)."""
+    out: dict[str, int] = {}
+    for container in spec.containers:
+        resources = container.resources
+        requests = resources.requests
+        for resource in requests.keys() & _GPU_SET:
+            out[resource] = out.get(resource, 0) + quantity(requests[resource], resource)
+        limits = resources.limits
+        if limits:
+            for resource in limits.keys() - requests.keys() & _GPU_SET:
+                out[resource] = out.get(resource, 0) + quantity(limits[resource], resource)
+    if spec.init_containers or spec.overhead:
+        for init in spec.init_containers:
+            for resource in GPU_RESOURCES:
+                value = init.resources.requests.get(resource, init.resources.limits.get(resource))
+                if value is not None:
+                    out[resource] = max(out.get(resource, 0), quantity(value, resource))
         for resource in GPU_RESOURCES:
-            gpus = requests.get(resource, 0)
-            if not gpus:
+            if resource in spec.overhead:
+                out[resource] = out.get(resource, 0) + quantity(spec.overhead[resource], resource)
+    return out if all(out.values()) else {r: v for r, v in out.items() if v}
+
+
+_GPU_SET = frozenset(GPU_RESOURCES)
+
+
+def _flavor_order(fleet: Fleet, cq: ClusterQueue, resource: str) -> list[tuple[str, bool, set[str]]]:
+    """The flavors of the resource group covering ``resource``, in order: (name, usable by a pod with no
+    tolerations, the group's label keys)."""
+    from .assign import group_of, node_labels_of, untolerated
+
+    group = group_of(cq, resource)
+    if group is None:
+        return []
+    keys = {key for f in group.flavors for key in node_labels_of(fleet, f.name)}
+    order = []
+    for f in group.flavors:
+        flavor = fleet.flavors.get(f.name)
+        usable = flavor is not None and untolerated(flavor.spec.node_taints, flavor.spec.tolerations) is None
+        order.append((f.name, usable, keys))
+    return order
+
+
+def _first_that_holds(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, order, resource: str, gpus: int,
+                      so_far: dict[FR, int], spec, plain: bool) -> str:
+    from .assign import affinity_matches, untolerated
+
+    for name, usable, keys in order:
+        if plain:
+            if not usable:
                 continue
-            flavor = choice.flavors.get(resource) or _waiting_flavor(choice, resource)
-            if flavor is not None:
-                places.append((flavor, resource, gpus))
-    # Pod sets after one that got no flavor were not looked at: count them at their first flavor with quota.
-    for pod_set in workload.spec.pod_sets[len(assignment.pod_sets):]:
-        requests = podset_requests(by_name[pod_set.name])
-        for resource in GPU_RESOURCES:
-            if requests.get(resource):
-                keys = [fr for fr in _gpu_keys(cq) if fr[1] == resource]
-                if keys:
-                    places.append((keys[0][0], resource, requests[resource]))
-    return places
+        else:
+            flavor = fleet.flavors.get(name)
+            if flavor is None:
+                continue
+            if untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations)) is not None:
+                continue
+            if not affinity_matches(spec, keys, flavor.spec.node_labels):
+                continue
+        fr = (name, resource)
+        if gpus + so_far.get(fr, 0) <= _potential(fleet, node, fr):
+            return name
+    return order[0][0]
 
 
-def _waiting_flavor(choice, resource: str) -> str | None:
-    """The first flavor where the request fits the capacity but not what is unused now, else the first flavor
-    tried for the resource."""
-    first = None
-    for attempt in choice.tries:
-        if not any(r.resource == resource for r in attempt.resources):
-            continue
-        if first is None:
-            first = attempt.flavor
-        if attempt.verdict in ("Insufficient", "Fits", "FitsByBorrowing"):
-            return attempt.flavor
-    return first
+def _potential(fleet: Fleet, node: QuotaNode, fr: FR) -> int:
+    cache = fleet.memo.setdefault("potential", {})
+    key = (node.name, fr)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = node.potential(fr)
+    return found
 
 
 # --- cohorts ------------------------------------------------------------------------------------------------
@@ -331,7 +368,7 @@ def findings_of(fleet: Fleet) -> list[QueueFinding]:
                                       "in it: Kueue admits nothing there", flavor=flavor_name,
                                       cohorts=_cohorts_of(fleet, cqs)))
     for flavor in queues.flavors:
-        if not [n for n in fleet.flavor_nodes(flavor.name) if n.schedulable]:
+        if not fleet.schedulable_nodes(flavor.name):
             labels = ",".join(f"{k}={v}" for k, v in sorted(flavor.spec.node_labels.items())) or "(none)"
             found.append(QueueFinding(FLAVOR_SELECTS_NO_NODE, f"ResourceFlavor {flavor.name}",
                                       f"nodeLabels {labels} select no schedulable node: pods admitted in it "

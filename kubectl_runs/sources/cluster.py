@@ -271,7 +271,8 @@ def load_cluster(source: Source) -> Snapshot:
     """Every object the commands read, from the cluster, as a Snapshot."""
     cluster = Cluster(source)
     collector = _Collector()
-    resources = RESOURCES + QUEUE_RESOURCES if source.queues else RESOURCES
+    # The queue reports read Nodes and Kueue's/Kaiwo's kinds only: a Kueue cluster needs no jobtree.dev CRDs.
+    resources = (RESOURCES[0], *QUEUE_RESOURCES) if source.queues else RESOURCES
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +52,15 @@ from urllib.parse import quote
 
 __all__ = ["Conflict", "KubeLeaseStore", "LeaderElector", "LeaseError", "LeaseStore", "micro_time"]
 
-log = logging.getLogger("kubectl_runs.reconciler.leader")
+_logger = logging.getLogger("kubectl_runs.reconciler.leader")
+
+LogFn = Callable[..., None]  # log(msg, level="info", **fields): the reconcile loop's logfmt Logger
+
+
+def _python_log(msg: str, level: str = "info", **fields: Any) -> None:
+    """The default ``log``: Python logging (without a handler configured, warnings and errors reach stderr)."""
+    text = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    _logger.log(getattr(logging, level.upper(), logging.INFO), "%s: %s", msg, text)
 
 JITTER = 0.2
 
@@ -146,7 +155,10 @@ class LeaderElector:
 
     ``clock`` (monotonic seconds) times everything local: observed changes, the renew deadline, sleeps.
     ``wall`` gives the timestamps written into the Lease. ``store`` replaces the API server (unit tests).
-    ``on_started_leading``/``on_stopped_leading`` are called from the election thread.
+    ``on_started_leading``/``on_stopped_leading`` are called from the election thread. ``log`` takes
+    ``(msg, level="info", **fields)`` (the reconcile loop's logfmt Logger); by default Python logging. A
+    failing request is logged once when it starts failing (level warning) and once when it works again, not
+    every retry period.
     """
 
     def __init__(
@@ -166,6 +178,7 @@ class LeaderElector:
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
         jitter: float = JITTER,
+        log: LogFn | None = None,
     ):
         if not identity:
             raise ValueError("leader election needs a non-empty identity")
@@ -196,6 +209,8 @@ class LeaderElector:
         )
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
+        self._log = log or _python_log
+        self._said_error = ""
 
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -278,13 +293,17 @@ class LeaderElector:
         try:
             stored = self.store.update({**lease, "spec": spec})
         except LeaseError as exc:
-            log.info("leader election: %s did not release lease %s/%s: %s", self.identity, self.namespace,
-                     self.name, exc)
+            self._log("leader election", level="warning", event="release failed", lease=self._lease_name,
+                      identity=self.identity, error=str(exc))
             return False
         with self._lock:
             self._lease = stored
-        log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)
+        self._log("leader election", event="released", lease=self._lease_name, identity=self.identity)
         return True
+
+    @property
+    def _lease_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
     # --- one round (the state machine; unit tests drive it with an injected clock) ----------------------
 
@@ -354,14 +373,24 @@ class LeaderElector:
             self._observed_time = self._clock()
             self._last_renew = began
             self.last_error = ""
+            recovered, self._said_error = self._said_error, ""
             if not self._stop.is_set():  # an attempt in flight when stop() was called does not lead again
                 self._held = True
                 self._leading.set()
+        if recovered:
+            self._log("leader election", event="lease requests work again", lease=self._lease_name,
+                      identity=self.identity)
 
     def _failed(self, reason: str) -> None:
+        """A request failed: remembered in ``last_error``; logged when the kind of failure changes."""
         with self._lock:
             self.last_error = reason
-        log.info("leader election: %s: %s", self.identity, reason)
+            kind = re.sub(r"\d+", "#", reason.split(": ", 2)[-1])[:120]  # the failure, not its numbers
+            new = kind != self._said_error
+            self._said_error = kind
+        if new:
+            self._log("leader election", level="warning", event="lease request failed", lease=self._lease_name,
+                      identity=self.identity, error=reason)
 
     # --- the thread ---------------------------------------------------------------------------------------
 
@@ -370,8 +399,7 @@ class LeaderElector:
             while not self._stop.is_set():
                 if not self._acquire():
                     return
-                log.info("leader election: %s became leader of lease %s/%s", self.identity, self.namespace,
-                         self.name)
+                self._log("leader election", event="acquired", lease=self._lease_name, identity=self.identity)
                 self.transitions += 1
                 if self.on_started_leading is not None:
                     self._callback(self.on_started_leading)
@@ -381,15 +409,15 @@ class LeaderElector:
                 with self._lock:
                     self._held = False
                     self._leading.clear()
-                log.warning("leader election: %s stopped leading lease %s/%s: %s", self.identity, self.namespace,
-                            self.name, reason)
+                self._log("leader election", level="warning", event="lost", lease=self._lease_name,
+                          identity=self.identity, reason=reason)
                 if self.on_stopped_leading is not None:
                     self._callback(self.on_stopped_leading)
         except Exception:  # never let the thread die silently: standing by forever would look healthy
             with self._lock:
                 self._held = False
                 self._leading.clear()
-            log.exception("leader election: %s: the election thread failed", self.identity)
+            _logger.exception("leader election: %s: the election thread failed", self.identity)
             self.last_error = "the election thread failed"
 
     def _acquire(self) -> bool:
@@ -418,4 +446,4 @@ class LeaderElector:
         try:
             fn()
         except Exception:
-            log.exception("leader election: a callback failed")
+            _logger.exception("leader election: a callback failed")

@@ -247,7 +247,7 @@ def parse_addr(addr: str) -> tuple[str, int]:
         return "", int(text)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"--metrics-addr {addr!r}: expected HOST:PORT, :PORT or 0 (off)")
+        raise ValueError(f"{addr!r} is not HOST:PORT, :PORT or 0 (off)")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host, int(port)
 
@@ -270,7 +270,8 @@ class MetricsServer:
 
 
 def serve(addr: str, metrics: ReconcilerMetrics) -> MetricsServer:
-    """Serve /metrics, /healthz and /readyz on ``addr`` from a daemon thread."""
+    """Serve /metrics, /healthz and /readyz on ``addr`` from a daemon thread. A bad ``addr`` is a ValueError,
+    a port that cannot be bound the OSError of ``bind`` (its ``strerror`` says why)."""
     host, port = parse_addr(addr)
 
     class Handler(BaseHTTPRequestHandler):
@@ -308,10 +309,7 @@ def serve(addr: str, metrics: ReconcilerMetrics) -> MetricsServer:
 
         Server.address_family = socket.AF_INET6
     server_class = Server
-    try:
-        httpd = server_class((host, port), Handler)
-    except OSError as exc:
-        raise OSError(f"--metrics-addr {addr}: cannot listen: {exc.strerror or exc}") from None
+    httpd = server_class((host, port), Handler)  # OSError (address in use, …) to the caller, strerror intact
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-server", daemon=True)
     thread.start()
     return MetricsServer(httpd, thread)

@@ -225,3 +225,18 @@ def test_manage_leases_overlay_adds_exactly_the_ledger_writes(cluster, deployed)
     finally:
         cluster.kubectl("delete", "clusterrolebinding,clusterrole", "kubectl-runs-ledger-keeper", check=False)
         cluster.kubectl("apply", "-k", str(ROOT / "deploy"), check=False, timeout=120)
+
+
+def test_the_pod_passes_the_restricted_pod_security_standard_its_namespace_enforces(cluster, deployed):
+    dep = json.loads(cluster.kubectl("get", "deployment", "kubectl-runs-reconciler", "-n", NS, "-o", "json").stdout)
+    template = dep["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pss-probe", "namespace": NS,
+                                                            "labels": template["metadata"]["labels"]},
+           "spec": template["spec"]}
+    status, body = cluster.request("POST", f"/api/v1/namespaces/{NS}/pods?dryRun=All", pod)
+    assert status == 201, body
+    loose = json.loads(json.dumps(pod))
+    del loose["spec"]["securityContext"]
+    del loose["spec"]["containers"][0]["securityContext"]
+    status, body = cluster.request("POST", f"/api/v1/namespaces/{NS}/pods?dryRun=All", loose)
+    assert status == 403 and 'violates PodSecurity "restricted' in body["message"], body

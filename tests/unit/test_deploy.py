@@ -191,3 +191,17 @@ def test_grafana_dashboard_queries_only_exported_series():
     for e in exprs:
         for var in re.findall(r"\$(\w+)", e):
             assert var in variables or var.startswith("__"), var
+
+
+def test_every_flag_the_deployments_pass_is_a_reconcile_flag():
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "kubectl_runs", "reconcile", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for path in (DEPLOY, DEPLOY / "overlays" / "manage-leases"):
+        args = deployment(render(path))["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[0] == "reconcile"
+        for arg in args[1:]:
+            flag = arg.split("=", 1)[0]
+            assert re.search(rf"(^|[\s/,]){re.escape(flag)}([\s=,/]|$)", done.stdout, re.M), flag

@@ -360,3 +360,22 @@ def test_wait_returns_when_stopped():
     assert time.monotonic() - t0 < 1.0
     a.stop(release=False)
     b.stop()
+
+
+def test_a_failing_request_is_logged_once_then_its_recovery():
+    store, clock = Store(), Clock()
+    lines = []
+    a = LeaderElector(None, "ns", "lock", "a", clock=clock, wall=Wall(clock), store=store.view("a"),
+                      log=lambda msg, level="info", **f: lines.append((level, f.get("event"), f.get("error", ""))))
+    store.fail.add("a")
+    for _ in range(5):
+        assert not a.try_acquire_or_renew()
+        clock.advance(2)
+    assert lines == [("warning", "lease request failed", "reading lease: GET …: ConnectTimeoutError")]
+    assert a.last_error == "reading lease: GET …: ConnectTimeoutError"
+    store.fail.clear()
+    assert a.try_acquire_or_renew()
+    assert lines[1:] == [("info", "lease requests work again", "")]
+    assert a.last_error == ""
+    a.stop()
+    assert lines[-1][:2] == ("info", "released")

@@ -218,7 +218,7 @@ class Fleet:
         """``resources``: count usage of these resources only (`queues usage` needs the GPUs alone); None: all
         (what `explain workload` needs to assign every resource group)."""
         self.queues = queues
-        self.resources = None if resources is None else frozenset(resources)
+        self.resources = None if resources is None else tuple(resources)
         self.nodes = nodes
         self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in queues.flavors}
         self.cluster_queues: dict[str, ClusterQueue] = {cq.name: cq for cq in queues.cluster_queues}
@@ -277,6 +277,7 @@ class Fleet:
         cluster_queues = self.cluster_queues
         local_to_cq = {key: lq.spec.cluster_queue for key, lq in self.local_queues.items()}
         reserving, admitted_by, pending_by = self.reserving, self.admitted, self.pending
+        keep = only is None  # `explain` reads the reserving workloads; `queues usage` needs only their sums
         for workload in self.queues.workloads:
             status = workload.status
             reserved = admitted = finished = False
@@ -291,18 +292,22 @@ class Fleet:
             admission = status.admission
             if reserved and not finished and admission is not None:
                 cq = admission.cluster_queue
-                reserving.setdefault(cq, []).append(workload)
+                if keep:
+                    reserving.setdefault(cq, []).append(workload)
                 node = nodes.get(cq)
                 usage = node.usage if node is not None else {}
                 counted = admitted_by.setdefault(cq, {}) if admitted else None
                 for assigned in admission.pod_set_assignments:
                     flavors = assigned.flavors
                     resource_usage = assigned.resource_usage
-                    for resource in (resource_usage.keys() & only) if only is not None else resource_usage:
+                    for resource in resource_usage if only is None else only:
+                        value = resource_usage.get(resource)
+                        if value is None:
+                            continue
                         flavor = flavors.get(resource)
                         if flavor is None:
                             continue
-                        amount = quantity(resource_usage[resource], resource)
+                        amount = quantity(value, resource)
                         key = (flavor, resource)
                         usage[key] = usage.get(key, 0) + amount
                         if counted is not None:

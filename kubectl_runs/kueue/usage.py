@@ -200,40 +200,64 @@ def _pending_by_flavor(fleet: Fleet) -> dict[tuple[str, str, str], tuple[int, in
     flavor. That is where the demand waits for quota; `explain workload` shows Kueue's full assignment.
 
     The hot loop of `queues usage` (tens of thousands of pending workloads): a pod set without selectors or
-    tolerations, first in its flavors, gets its flavor from a memo keyed by (resource, GPUs)."""
-    out: dict[tuple[str, str, str], list[int]] = {}
+    tolerations, the first of its workload, gets its flavor from a memo keyed by (resource, GPUs)."""
+    out: dict[tuple[str, str, str], tuple[int, int]] = {}
     for cq_name, workloads in fleet.pending.items():
         cq = fleet.cluster_queues[cq_name]
         node = fleet.nodes_by_name[cq_name]
         orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
-        memo: dict[tuple[str, int], str] = {}
+        memo: dict[str, dict[int, str]] = {resource: {} for resource in GPU_RESOURCES}
+        sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
         for workload in workloads:
-            so_far: dict[FR, int] = {}
-            for pod_set in workload.spec.pod_sets:
+            pod_sets = workload.spec.pod_sets
+            so_far: dict[FR, int] | None = {} if len(pod_sets) > 1 else None
+            for pod_set in pod_sets:
                 spec = pod_set.template.spec
-                plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
-                for resource, per_pod in _pod_gpus(spec).items():
+                containers = spec.containers
+                if len(containers) == 1 and not spec.init_containers and not spec.overhead:
+                    resources = containers[0].resources  # the common case, without building sets
+                    requests, limits = resources.requests, resources.limits
+                    gpus_per_pod = {}
+                    for resource in GPU_RESOURCES:
+                        value = requests.get(resource)
+                        if value is None:
+                            value = limits.get(resource)
+                            if value is None:
+                                continue
+                        amount = quantity(value, resource)
+                        if amount:
+                            gpus_per_pod[resource] = amount
+                else:
+                    gpus_per_pod = _pod_gpus(spec)
+                for resource, per_pod in gpus_per_pod.items():
                     order = orders[resource]
                     if not order:
                         continue
                     gpus = per_pod * pod_set.count
+                    plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
                     if plain and not so_far:
-                        flavor = memo.get((resource, gpus))
+                        sized = memo[resource]
+                        flavor = sized.get(gpus)
                         if flavor is None:
-                            flavor = memo[(resource, gpus)] = _first_that_holds(
-                                fleet, cq, node, order, resource, gpus, so_far, spec, plain)
+                            flavor = sized[gpus] = _first_that_holds(
+                                fleet, cq, node, order, resource, gpus, {}, spec, plain)
                     else:
-                        flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far, spec, plain)
+                        flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far or {}, spec,
+                                                   plain)
                     key = (flavor, resource)
-                    first = key not in so_far
-                    so_far[key] = so_far.get(key, 0) + gpus
-                    entry = out.get((cq_name, flavor, resource))
+                    entry = sums.get(key)
                     if entry is None:
-                        entry = out[(cq_name, flavor, resource)] = [0, 0]
+                        entry = sums[key] = [0, 0]
                     entry[0] += gpus
-                    if first:
+                    if so_far is None:
                         entry[1] += 1
-    return {k: (v[0], v[1]) for k, v in out.items()}
+                    else:
+                        if key not in so_far:
+                            entry[1] += 1
+                        so_far[key] = so_far.get(key, 0) + gpus
+        for (flavor, resource), (gpus, count) in sums.items():
+            out[(cq_name, flavor, resource)] = (gpus, count)
+    return out
 
 
 def _pod_gpus(spec) -> dict[str, int]:

@@ -259,3 +259,21 @@ def test_queues_usage_without_queues(capsys, tmp_path):
 def test_explain_queued_help_mentions_them(capsys, word):
     code, out, _err = run(capsys, "explain", "--help")
     assert code == 0 and f"explain {word}" in out
+
+
+def test_the_docs_page_shows_what_the_commands_print(capsys, monkeypatch):
+    """Each `$ kubectl runs …` block of docs/kueue.md is what the command prints today."""
+    import re
+    import shlex
+
+    root = Path(EXAMPLE).parents[1]
+    monkeypatch.chdir(root)
+    blocks = re.findall(r"```console\n(.*?)```", (root / "docs" / "kueue.md").read_text(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        command, *expected = block.rstrip("\n").split("\n")
+        assert command.startswith("$ kubectl runs ")
+        code = main(shlex.split(command)[3:])
+        out, _ = capsys.readouterr()
+        assert code == 0
+        assert out.rstrip("\n").split("\n") == expected, command

@@ -195,7 +195,8 @@ def _flavor_for_group(
             available = max(0, node.available(fr))
             maximum = node.potential(fr)
             limits = node.limits(fr)
-            borrows = node.usage.get(fr, 0) + value > node.subtree.get(fr, 0)
+            # FindHeightOfLowestSubtreeThatFits: borrowing = past its nominal quota, in a cohort
+            borrows = node.parent is not None and node.usage.get(fr, 0) + value > limits.nominal
             checked.append(ResourceTry(resource, value, available, maximum, limits.nominal, borrows))
             if value > maximum:
                 mine.append(f"insufficient quota for {resource} in flavor {name}, request > maximum capacity "

@@ -79,7 +79,7 @@ BENCHMARKS = (
     Benchmark("plan", ("kubectl_runs.engine.plan",), "plan", "kubectl runs plan RUN -n NS --snapshot FILE"),
     Benchmark("leases audit", ("kubectl_runs.engine.audit",), "leases",
               "kubectl runs leases audit --snapshot FILE (the last 30 days)"),
-    Benchmark("seeds verify", ("kubectl_runs.engine.lottery",), "seeds", "kubectl runs seeds verify --snapshot FILE"),
+    Benchmark("seeds verify", ("kubectl_runs.engine.verify",), "seeds", "kubectl runs seeds verify --snapshot FILE"),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 

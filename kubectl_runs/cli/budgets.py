@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..engine.usage import UsageReport, budget_usage
+from ..engine.reports import plain
+from ..engine.usage import BudgetUsage, budget_usage
 from ..render import REPORT_FORMATS, Column, Document, Section, findings_section, gpu_hours, when
 from ..text import counted
 from .options import GlobalOptions, global_options
@@ -42,7 +43,7 @@ def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> None:
     opts.print(usage_document(report, namespace), fmt)
 
 
-def usage_document(report: UsageReport, namespace: str | None) -> Document:
+def usage_document(report: BudgetUsage, namespace: str | None) -> Document:
     at = report.at
     rows = report.envelopes
     used = sum(e.used for e in rows)
@@ -88,7 +89,7 @@ def usage_document(report: UsageReport, namespace: str | None) -> Document:
     findings = findings_section(report.findings)
     where = f" in {namespace} namespace" if namespace else ""
     return Document(
-        data=report.to_json(),
+        data=plain(report.report),
         rows=rows,
         columns=columns,
         summary=summary if rows else (),

@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from ..engine.lottery import RunDraw
-from ..engine.plan import Explanation, explain_run
+from ..engine.explain import Explanation, explain_run
+from ..engine.reports import plain
+from ..engine.verify import RunDraw
 from ..errors import UsageError
 from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section, ago, when
 from ..timeutil import parse_time
@@ -77,14 +78,8 @@ def explain_document(info: Explanation, fmt: str) -> Document:
     """``info.draws`` (engine/lottery.run_draws) add to each preemption the run's tickets and places in the draw."""
     wrap = fmt == TABLE
     by_key = {(d.reservation, d.seed): d for d in info.draws}
-    data = info.to_json()
-    for entry in data["preemptions"]:
-        draw = by_key.get((entry["reservation"], entry["seed"]))
-        if draw is not None:
-            entry.update(tickets=[t.to_json() for t in draw.tickets], conflictSetSize=draw.conflict_set_size,
-                         differences=list(draw.differences))
     return Document(
-        data=data,
+        data=plain(info.report),
         summary=header_lines(info, wrap=wrap),
         sections=[*plan_sections(info.plan)[:2], leases_section(info), preemptions_section(info, by_key),
                   *events_sections(info)],

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import click
 
 from ..engine.audit import DIMENSIONS, AuditReport, AuditRow, audit
+from ..engine.reports import plain
 from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS, Column, Document, findings_section, gpu_hours
 from ..text import counted
@@ -96,7 +97,7 @@ def audit_document(report: AuditReport, namespace: str | None) -> Document:
     ]
     where = f" in {namespace} namespace" if namespace else ""
     doc = Document(
-        data=report.to_json(),
+        data=plain(report.report),
         rows=report.rows,
         columns=columns,
         summary=summary if report.rows or report.findings else (),

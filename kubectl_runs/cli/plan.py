@@ -12,6 +12,7 @@ import click
 
 from ..engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED
 from ..engine.plan import Plan, plan_run
+from ..engine.reports import plain
 from ..errors import UserError
 from ..model import Run, Snapshot
 from ..render import OBJECT_FORMATS, TABLE, TABLE_WIDTH, Column, Document, Section
@@ -65,7 +66,7 @@ def plan_document(result: Plan, fmt: str) -> Document:
     rows, columns = wrapped(figures(result), (("", lambda f: f.name), ("GPUS", lambda f: f"{f.gpus:,}")), "DETAIL",
                             lambda f: f.detail)
     return Document(
-        data=result.to_json(),
+        data=plain(result.report),
         rows=rows,
         columns=columns,
         summary=[part for line in lines for part in (_wrap(line) if wrap else [line])],

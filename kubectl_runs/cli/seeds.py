@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..engine.lottery import Verification, is_activated, verify, verify_all
+from ..engine.lottery import is_activated
+from ..engine.reports import plain
+from ..engine.verify import Verification, verify, verify_all, verify_report
 from ..errors import ExitCode, UserError
 from ..render import OBJECT_FORMATS, Column, Document, Section, when
 from ..text import counted
@@ -78,7 +80,7 @@ def verify_document(checks: list[Verification], at, namespace: str | None) -> Do
     )
     where = f" in {namespace} namespace" if namespace else ""
     return Document(
-        data={"reservations": [c.to_json() for c in checks]},
+        data=plain(verify_report(checks)),
         rows=checks,
         columns=columns,
         sections=sections,

@@ -14,12 +14,12 @@ from ..model import Budget, Envelope, GPULease, Snapshot
 from ..text import counted
 from ..timeutil import rfc3339
 from . import findings as fk
+from .codes import FundingClass
 from .findings import Finding
 from .owners import NamespaceOwners, any_pattern_matches, is_family, namespace_owners
 
-OWNED, SHARED, BORROWED, UNFUNDED = "owned", "shared", "borrowed", "unfunded"
-CLASSES = (OWNED, SHARED, BORROWED, UNFUNDED)
-CLASS_RANK = {UNFUNDED: 0, BORROWED: 1, SHARED: 2, OWNED: 3}
+OWNED, SHARED, BORROWED, UNFUNDED = FundingClass
+CLASSES = tuple(FundingClass)
 
 EnvelopeKey = tuple[str, str, str]  # (namespace, budget, envelope)
 
@@ -126,28 +126,6 @@ class EnvelopeUsage:
             return None
         return max(0, lending.max_concurrency - self.borrowed)
 
-    def to_json(self) -> dict:
-        hours_headroom = self.gpu_hours_headroom
-        return {
-            "namespace": self.budget.metadata.namespace,
-            "budget": self.budget.metadata.name,
-            "owner": self.owner,
-            "envelope": self.envelope.name,
-            "flavor": self.envelope.flavor,
-            "windowActive": self.window_active,
-            "concurrency": self.envelope.concurrency,
-            "usedGPUs": self.used,
-            "headroomGPUs": self.headroom,
-            "ownedGPUs": self.owned,
-            "sharedGPUs": self.shared,
-            "borrowedGPUs": self.borrowed,
-            "unfundedGPUs": self.unfunded,
-            "spareGPUs": self.spare,
-            "consumedGPUHours": round_hours(self.consumed_gpu_hours),
-            "maxGPUHours": self.envelope.max_gpu_hours,
-            "gpuHoursHeadroom": None if hours_headroom is None else round_hours(hours_headroom),
-        }
-
 
 @dataclass
 class AggregateUsage:
@@ -160,18 +138,6 @@ class AggregateUsage:
     @property
     def headroom(self) -> int:
         return max(0, self.max_concurrency - self.used)
-
-    def to_json(self) -> dict:
-        return {
-            "namespace": self.budget.metadata.namespace,
-            "budget": self.budget.metadata.name,
-            "owner": self.budget.spec.owner,
-            "name": self.name,
-            "envelopes": list(self.envelopes),
-            "maxConcurrency": self.max_concurrency,
-            "usedGPUs": self.used,
-            "headroomGPUs": self.headroom,
-        }
 
 
 @dataclass
@@ -187,10 +153,6 @@ class Ledger:
 
     def charges_of_run(self, run_key: str) -> list[LeaseCharge]:
         return [c for c in self.charges.values() if c.lease.run_key == run_key]
-
-
-def round_hours(value: float) -> float:
-    return round(value, 4)
 
 
 def ledger(snapshot: Snapshot, at: datetime) -> Ledger:

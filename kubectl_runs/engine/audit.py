@@ -32,7 +32,8 @@ from ..model import GPULease, GPULeaseSpec, PaidBy, Snapshot
 from ..text import counted
 from ..timeutil import rfc3339
 from . import findings as fk
-from .accounting import BORROWED, EnvelopeKey, ledger, lends_to, relation, round_hours, unknown_envelope
+from . import reports
+from .accounting import BORROWED, EnvelopeKey, ledger, lends_to, relation, unknown_envelope
 from .findings import Finding, sort_findings
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
@@ -78,19 +79,18 @@ class AuditReport:
     def total_gpu_hours(self) -> float:
         return self.total_gpu_seconds / 3600.0
 
-    def to_json(self) -> dict:
-        rows = []
-        for row in self.rows:
-            entry: dict = dict(zip(self.by, row.key, strict=True))
-            entry.update(gpuHours=round_hours(row.gpu_hours), leases=row.leases, peakGPUs=row.peak_gpus)
-            rows.append(entry)
-        return {
-            "since": rfc3339(self.since),
-            "until": rfc3339(self.until),
-            "rows": rows,
-            "totals": {"gpuHours": round_hours(self.total_gpu_hours), "leases": self.total_leases},
-            "findings": [f.to_json() for f in self.findings],
-        }
+    @property
+    def report(self) -> reports.AuditReport:
+        """The value ``-o json`` prints: each row's ``by`` dimensions first, in the order asked for."""
+        row_type = reports.audit_row_type(self.by)
+        round_hours = reports.round_hours
+        return reports.AuditReport(
+            since=rfc3339(self.since) or "",
+            until=rfc3339(self.until) or "",
+            rows=[row_type(*row.key, round_hours(row.gpu_hours), row.leases, row.peak_gpus) for row in self.rows],
+            totals=reports.AuditTotals(round_hours(self.total_gpu_hours), self.total_leases),
+            findings=reports.finding_entries(self.findings),
+        )
 
 
 # --- the window -------------------------------------------------------------------------------------------

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DOUBLE_BOOKED = "DoubleBooked"
-UNKNOWN_NODE = "UnknownNode"
-UNKNOWN_RUN = "UnknownRun"
-UNKNOWN_ENVELOPE = "UnknownEnvelope"
-ACL_VIOLATION = "ACLViolation"
-OVERDRAFT = "Overdraft"
-UNBOUND_NAMESPACE = "UnboundNamespace"
+from .codes import FindingKind
 
-KINDS = (DOUBLE_BOOKED, UNKNOWN_NODE, UNKNOWN_RUN, UNKNOWN_ENVELOPE, ACL_VIOLATION, OVERDRAFT, UNBOUND_NAMESPACE)
+DOUBLE_BOOKED = FindingKind.DOUBLE_BOOKED
+UNKNOWN_NODE = FindingKind.UNKNOWN_NODE
+UNKNOWN_RUN = FindingKind.UNKNOWN_RUN
+UNKNOWN_ENVELOPE = FindingKind.UNKNOWN_ENVELOPE
+ACL_VIOLATION = FindingKind.ACL_VIOLATION
+OVERDRAFT = FindingKind.OVERDRAFT
+UNBOUND_NAMESPACE = FindingKind.UNBOUND_NAMESPACE
+
+KINDS = tuple(FindingKind)
 
 
 @dataclass(frozen=True, order=True)
@@ -27,9 +29,6 @@ class Finding:
     # (namespace, budget, envelope) and/or a namespace.
     envelope: tuple[str, str, str] | None = field(default=None, compare=False)
     namespace: str | None = field(default=None, compare=False)
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "lease": self.lease, "detail": self.detail}
 
     def concerns(self, namespace: str) -> bool:
         """Shown under ``-n namespace``: its lease, its envelope, or the namespace it names is there."""

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..model import Snapshot
-from ..timeutil import rfc3339
 from .accounting import LeaseCharge, Ledger
+from .codes import Confidence
 from .funding import Candidate, Releases
 from .packing import place
 from .remedies import Freed, ScopeNodes
 
-REPORTED, WINDOW_ALIGNED, UNKNOWN = "reported", "window-aligned", "unknown"
-CONFIDENCES = (REPORTED, WINDOW_ALIGNED, UNKNOWN)
+REPORTED, WINDOW_ALIGNED, UNKNOWN = Confidence
+CONFIDENCES = tuple(Confidence)
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,6 @@ class Forecast:
     confidence: str
     releases: tuple[Release, ...] = ()  # the reported completions counted up to earliestStart
     opened: tuple[Candidate, ...] = ()  # window-aligned: the envelopes whose windows opened by earliestStart
-
-    def to_json(self) -> dict:
-        return {"earliestStart": rfc3339(self.earliest_start), "confidence": self.confidence}
 
 
 FundableAt = Callable[[datetime, Releases], int]

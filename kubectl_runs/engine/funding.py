@@ -25,10 +25,11 @@ from datetime import datetime
 
 from ..model import Envelope, Node, Run
 from .accounting import BORROWED, EnvelopeKey, EnvelopeUsage, LeaseCharge, Ledger, relation
+from .codes import Relation
 from .owners import any_pattern_matches, is_ancestor, is_family, parent, segments
 
-OWN, ANCESTOR, SIBLING, SPONSOR = "own", "ancestor", "sibling", "sponsor"
-RELATIONS = (OWN, ANCESTOR, SIBLING, SPONSOR)
+OWN, ANCESTOR, SIBLING, SPONSOR = Relation
+RELATIONS = tuple(Relation)
 
 CapKey = tuple[str, str, str]  # (namespace, budget, aggregate cap name)
 
@@ -75,18 +76,6 @@ class FundingSource:
     relation: str
     headroom: int
     usable: int  # what the walk takes from it, after caps, lending and maxBorrowGPUs
-
-    def to_json(self) -> dict:
-        return {
-            "namespace": self.key[0],
-            "budget": self.key[1],
-            "envelope": self.key[2],
-            "owner": self.owner,
-            "relation": self.relation,
-            "headroomGPUs": self.headroom,
-            "usableGPUs": self.usable,
-        }
-
 
 @dataclass(frozen=True)
 class Walk:
@@ -146,8 +135,6 @@ class Funding:
     def open_candidates(self, states: FundingState) -> list[Candidate]:
         return [c for c in self.candidates if states.envelopes.get(c.key, _CLOSED).open]
 
-    def to_json(self) -> dict:
-        return {"fundableGPUs": self.fundable, "sources": [s.to_json() for s in self.sources]}
 
 
 _CLOSED = EnvelopeState(open=False, headroom=0, lend_room=0)

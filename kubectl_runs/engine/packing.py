@@ -92,9 +92,6 @@ class DomainCapacity:
     placeable: int
     groups: int | None  # whole groups that fit; None when the run has no groupGPUs
 
-    def to_json(self) -> dict:
-        return {"domain": self.domain, "freeGPUs": self.free, "placeableGPUs": self.placeable, "groups": self.groups}
-
 
 def place(free: Mapping[str, int], unit: int | None, spread: bool) -> tuple[int, dict[str, tuple[int, int | None]]]:
     """Placeable GPUs for free slots ``free`` (domain -> GPUs) and a group footprint ``unit``.
@@ -144,13 +141,6 @@ class Capacity:
     @property
     def node_count(self) -> int:
         return sum(d.nodes for d in self.domains)
-
-    def to_json(self) -> dict:
-        return {
-            "freeGPUs": self.free,
-            "placeableGPUs": self.placeable,
-            "domains": [d.to_json() for d in self.domains],
-        }
 
 
 def capacity(

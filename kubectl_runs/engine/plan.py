@@ -21,20 +21,28 @@ Pure: the snapshot is never changed, ``at`` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from ..model import GPULease, Reservation, Run, Scope, Snapshot
 from ..text import counted
 from ..timeutil import rfc3339
-from .accounting import BORROWED, OWNED, SHARED, UNFUNDED, EnvelopeKey, LeaseCharge, Ledger, ledger
+from .accounting import EnvelopeKey, Ledger, ledger
 from .forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Forecast, forecast, releases
 from .funding import ANCESTOR, OWN, SIBLING, SPONSOR, Funding, Releases, Walk, funding, state_at, walk
-from .lottery import RunDraw, derive_seed, run_draws
+from .lottery import derive_seed
 from .packing import Capacity, candidate_nodes, capacity, group_unit, open_leases, place
 from .remedies import RemedyCandidates, remedy_candidates, scope_nodes
+from .reports import (
+    PlanReport,
+    Reason,
+    Remedy,
+    Width,
+    capacity_report,
+    forecast_report,
+    funding_report,
+)
 
 # Reason codes (API.md §3), in the order a plan lists them.
 INVALID_REQUEST = "InvalidRequest"
@@ -56,37 +64,6 @@ RECLAIM_UNFUNDED, DROP_SPARE, SHRINK, BORROW, WAIT, LOTTERY = (
     "ReclaimUnfunded", "DropSpare", "Shrink", "Borrow", "Wait", "Lottery",
 )
 REMEDY_KINDS = (RECLAIM_UNFUNDED, DROP_SPARE, SHRINK, BORROW, WAIT, LOTTERY)
-
-
-@dataclass(frozen=True)
-class Width:
-    min: int
-    max: int
-    desired: int
-    allocated: int  # GPUs of the run's open Active leases at ``at``
-
-    def to_json(self) -> dict:
-        return {"min": self.min, "max": self.max, "desired": self.desired, "allocated": self.allocated}
-
-
-@dataclass(frozen=True)
-class Reason:
-    code: str
-    message: str
-
-    def to_json(self) -> dict:
-        return {"code": self.code, "message": self.message}
-
-
-@dataclass(frozen=True)
-class Remedy:
-    kind: str
-    target: str  # namespace/name of a run or lease, or an owner path (Borrow, window-aligned Wait)
-    gpus: int  # GPUs it would free or supply
-    message: str
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "gpus": self.gpus, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -150,21 +127,23 @@ class Plan:
         """The reason that no GPU count can fix (an invalid request, an unbound namespace), if any."""
         return next((r for r in self.reasons if r.code in (INVALID_REQUEST, UNBOUND_NAMESPACE)), None)
 
-    def to_json(self) -> dict:
-        return {
-            "run": self.key,
-            "at": rfc3339(self.at),
-            "need": self.need,
-            "width": self.width.to_json(),
-            "capacity": self.capacity.to_json(),
-            "funding": self.funding.to_json(),
-            "deficitGPUs": self.deficit,
-            "capacityDeficitGPUs": self.capacity_deficit,
-            "fundingDeficitGPUs": self.funding_deficit,
-            "reasons": [r.to_json() for r in self.reasons],
-            "remedies": [r.to_json() for r in self.remedies],
-            "forecast": self.forecast.to_json(),
-        }
+    @property
+    def report(self) -> PlanReport:
+        """The value ``-o json`` prints."""
+        return PlanReport(
+            run=self.key,
+            at=rfc3339(self.at) or "",
+            need=self.need,
+            width=self.width,
+            capacity=capacity_report(self.capacity),
+            funding=funding_report(self.funding),
+            deficit_gpus=self.deficit,
+            capacity_deficit_gpus=self.capacity_deficit,
+            funding_deficit_gpus=self.funding_deficit,
+            reasons=list(self.reasons),
+            remedies=list(self.remedies),
+            forecast=forecast_report(self.forecast),
+        )
 
     # --- the answer in words ------------------------------------------------------------------------------------
 
@@ -557,198 +536,3 @@ def _remedies(
                           f"{by}, a seeded lottery over {counted(len(gentle.conflict), 'group')} in scope frees the remaining "
                           f"{gpus} (unfunded first, then borrowed, shared, owned)"))
     return out
-
-
-
-# --- explain: everything about one run --------------------------------------------------------------------------
-
-PREEMPTING_CLOSURES = ("RandomPreempt", "ReclaimUnfunded")
-
-
-@dataclass(frozen=True)
-class LeaseView:
-    """One of the run's leases, with its funding at ``at`` when it is open then."""
-
-    lease: GPULease
-    open: bool
-    charge: LeaseCharge | None  # the ledger's funding of it (open leases only)
-
-    @property
-    def cls(self) -> str | None:
-        return self.charge.worst_class if self.charge is not None else None
-
-    def to_json(self) -> dict:
-        lease = self.lease
-        payer = lease.payer
-        nodes = sorted({slot.rpartition("#")[0] or slot for slot in lease.spec.slice.slots})
-        return {
-            "name": lease.key,
-            "group": lease.spec.group,
-            "role": lease.spec.slice.role,
-            "gpus": lease.gpus,
-            "nodes": nodes,
-            "paidBy": "/".join(payer) if payer else None,
-            "start": rfc3339(lease.spec.start),
-            "open": self.open,
-            "class": self.cls,
-            "closed": lease.status.closed,
-            "ended": rfc3339(lease.status.ended),
-            "closureReason": lease.status.closure_reason,
-        }
-
-
-@dataclass(frozen=True)
-class Preemption:
-    """GPUs a reservation's activation took from the run, and the seed that anyone can replay."""
-
-    reservation: str
-    seed: str
-    at: datetime | None
-    gpus: int
-    verified: bool | None  # `seeds verify` of that reservation; None when it has no recorded draw here
-    closure: str | None = None  # RandomPreempt or ReclaimUnfunded, when the leases say
-
-    def to_json(self) -> dict:
-        return {
-            "reservation": self.reservation,
-            "seed": self.seed,
-            "at": rfc3339(self.at),
-            "gpus": self.gpus,
-            "verified": self.verified,
-        }
-
-
-@dataclass(frozen=True)
-class Explanation:
-    run: Run
-    at: datetime
-    plan: Plan
-    owned: int
-    shared: int
-    borrowed: int
-    unfunded: int
-    lenders: tuple[tuple[str, int], ...]  # (owner, GPUs) the run borrows from
-    reservation: Reservation | None
-    preemptions: tuple[Preemption, ...]
-    leases: tuple[LeaseView, ...]  # open first, then the most recent
-    events: tuple[dict, ...] | None = None  # live only: the run's recent core/v1 Events
-    draws: tuple[RunDraw, ...] = ()  # the recorded draws this run was in: its tickets and places, verified
-
-    def to_json(self) -> dict:
-        out = {
-            "run": self.run.key,
-            "phase": self.run.status.phase,
-            "width": self.plan.width.to_json(),
-            "funding": {
-                "owned": self.owned,
-                "shared": self.shared,
-                "borrowed": self.borrowed,
-                "unfunded": self.unfunded,
-                "lenders": [{"owner": owner, "gpus": gpus} for owner, gpus in self.lenders],
-            },
-            "plan": self.plan.to_json(),
-            "reservation": reservation_json(self.reservation),
-            "preemptions": [p.to_json() for p in self.preemptions],
-            "leases": [view.to_json() for view in self.leases],
-        }
-        if self.events is not None:
-            out["events"] = [dict(e) for e in self.events]
-        return out
-
-
-def reservation_json(reservation: Reservation | None) -> dict | None:
-    if reservation is None:
-        return None
-    spec, status = reservation.spec, reservation.status
-    activation = status.activation
-    return {
-        "name": reservation.key,
-        "state": status.state,
-        "scope": {"flavor": spec.scope.flavor, "domain": spec.scope.domain},
-        "payingEnvelope": (
-            {"budget": spec.paying_envelope.budget, "envelope": spec.paying_envelope.envelope}
-            if spec.paying_envelope is not None
-            else None
-        ),
-        "earliestStart": rfc3339(spec.earliest_start),
-        "activation": (
-            {
-                "at": rfc3339(activation.at),
-                "seed": activation.seed,
-                "deficitGPUs": activation.deficit_gpus,
-                "freedGPUs": activation.freed_gpus,
-            }
-            if activation is not None
-            else None
-        ),
-    }
-
-
-def explain_run(
-    snapshot: Snapshot, run: Run, at: datetime, *, events: Sequence[Mapping[str, Any]] | None = None
-) -> Explanation:
-    """Everything about ``run`` at ``at``: its plan, how its open leases are funded (and by which lenders), its
-    reservation, its preemption history (from its leases closed by RandomPreempt/ReclaimUnfunded with
-    ``status.preemption`` and from ``status.preemptions``, each checked like ``seeds verify``), its leases, and
-    — when given (live) — its recent Events."""
-    leases, book = open_ledger(snapshot, at)
-    result = plan_run(snapshot, run, at, leases=leases, book=book)
-    mine = snapshot.leases_by_run.get(run.key, [])
-    charges = {lease.key: book.charges.get(lease.key) for lease in mine}
-    split = {cls: 0 for cls in (OWNED, SHARED, BORROWED, UNFUNDED)}
-    lenders: dict[str, int] = {}
-    for charge in charges.values():
-        if charge is None:
-            continue
-        for cls in split:
-            split[cls] += getattr(charge, cls)
-        if charge.borrowed and charge.lender:
-            lenders[charge.lender] = lenders.get(charge.lender, 0) + charge.borrowed
-    views = sorted(
-        (LeaseView(lease, charges[lease.key] is not None, charges[lease.key]) for lease in mine),
-        key=lambda v: (not v.open, -v.lease.spec.start.timestamp(), v.lease.key),
-    )
-    draws = tuple(run_draws(snapshot, run.key))
-    return Explanation(
-        run=run,
-        at=at,
-        plan=result,
-        owned=split[OWNED],
-        shared=split[SHARED],
-        borrowed=split[BORROWED],
-        unfunded=split[UNFUNDED],
-        lenders=tuple(sorted(lenders.items())),
-        reservation=reservation_of(snapshot, run),
-        preemptions=tuple(preemptions_of(run, mine, draws)),
-        leases=tuple(views),
-        events=None if events is None else tuple(events),
-        draws=draws,
-    )
-
-
-def preemptions_of(run: Run, mine: Sequence[GPULease], draws: Sequence[RunDraw]) -> list[Preemption]:
-    found: dict[tuple[str, str], dict] = {}
-    for lease in mine:
-        status = lease.status
-        if not status.closed or status.closure_reason not in PREEMPTING_CLOSURES or status.preemption is None:
-            continue
-        key = (status.preemption.reservation, status.preemption.seed)
-        entry = found.setdefault(key, {"at": None, "gpus": 0, "closure": status.closure_reason})
-        entry["gpus"] += lease.gpus
-        if status.ended is not None and (entry["at"] is None or status.ended > entry["at"]):
-            entry["at"] = status.ended
-    for record in run.status.preemptions:
-        key = (record.reservation, record.seed)
-        if key not in found:
-            found[key] = {"at": record.at, "gpus": record.gpus, "closure": None}
-        elif found[key]["at"] is None:
-            found[key]["at"] = record.at
-    if not found:
-        return []
-    verdicts = {(d.reservation, d.seed): d.verified for d in draws}
-    out = [
-        Preemption(reservation=r, seed=s, at=e["at"], gpus=e["gpus"], verified=verdicts.get((r, s)),
-                   closure=e["closure"])
-        for (r, s), e in found.items()
-    ]
-    return sorted(out, key=lambda p: (p.at is None, p.at or datetime.min, p.reservation, p.seed))

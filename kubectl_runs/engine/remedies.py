@@ -31,15 +31,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..model import GPULease, Scope, Snapshot
-from .accounting import CLASS_RANK, UNFUNDED, Ledger
+from .accounting import UNFUNDED, Ledger
+from .codes import class_rank
 from .lottery import ticket
 
 GroupKey = tuple[str, int]  # (run "namespace/name", group index)
 Freed = tuple[tuple[str, int], ...]  # ((domain, GPUs), …) sorted by domain
-
-
-def _rank(cls: str) -> int:
-    return CLASS_RANK.get(cls, len(CLASS_RANK))
 
 
 @dataclass(frozen=True)
@@ -186,7 +183,7 @@ def scope_groups(
     for key in sorted(members):
         active, spare = (sorted(x, key=lambda lease: lease.key) for x in members[key])
         classed = active or spare
-        cls = min((_lease_class(book, lease) for lease in classed), key=_rank)
+        cls = min((_lease_class(book, lease) for lease in classed), key=class_rank)
         groups[key] = LeaseGroup(
             run=key[0],
             group=key[1],
@@ -239,7 +236,7 @@ def droppable_spares(
             continue
         for lease in group.spare:
             cls = _lease_class(book, lease)
-            drops.append(((_rank(cls), *_order(key, seed), lease.key), SpareDrop(lease, group, cls, nodes.freed([lease]))))
+            drops.append(((class_rank(cls), *_order(key, seed), lease.key), SpareDrop(lease, group, cls, nodes.freed([lease]))))
     return [drop for _, drop in sorted(drops, key=lambda pair: pair[0])]
 
 
@@ -298,10 +295,10 @@ def shrinkable_runs(
                 pending = []
         if not commits:
             continue
-        cls = min((g.cls for g in run_groups), key=_rank)
+        cls = min((g.cls for g in run_groups), key=class_rank)
         kept = have - sum(g.active_gpus for commit in commits for g in commit)
         steps.append(ShrinkStep(run=run_key, cls=cls, from_gpus=have, to_gpus=kept, commits=tuple(commits)))
-    return sorted(steps, key=lambda s: (_rank(s.cls), s.run))
+    return sorted(steps, key=lambda s: (class_rank(s.cls), s.run))
 
 
 def conflict_groups(

@@ -10,22 +10,26 @@ from ..timeutil import rfc3339
 from .accounting import AggregateUsage, EnvelopeUsage, ledger
 from .findings import Finding, sort_findings
 from .owners import is_ancestor
+from .reports import UsageReport, aggregate_row, envelope_row, finding_entries
 
 
 @dataclass(frozen=True)
-class UsageReport:
+class BudgetUsage:
+    """The ledger's rows kept by the filters; ``report`` is the value ``-o json`` prints."""
+
     at: datetime
     envelopes: list[EnvelopeUsage]
     aggregates: list[AggregateUsage]
     findings: list[Finding]
 
-    def to_json(self) -> dict:
-        return {
-            "at": rfc3339(self.at),
-            "envelopes": [e.to_json() for e in self.envelopes],
-            "aggregates": [a.to_json() for a in self.aggregates],
-            "findings": [f.to_json() for f in self.findings],
-        }
+    @property
+    def report(self) -> UsageReport:
+        return UsageReport(
+            at=rfc3339(self.at) or "",
+            envelopes=[envelope_row(e) for e in self.envelopes],
+            aggregates=[aggregate_row(a) for a in self.aggregates],
+            findings=finding_entries(self.findings),
+        )
 
 
 def owner_selected(owner: str, wanted: str | None) -> bool:
@@ -40,7 +44,7 @@ def budget_usage(
     owner: str | None = None,
     flavor: str | None = None,
     namespace: str | None = None,
-) -> UsageReport:
+) -> BudgetUsage:
     """The ledger over the whole snapshot, then the rows asked for: ``namespace`` (``-n``) narrows the rows and
     findings but not the arithmetic — a lease in one namespace may be charged to an envelope in another."""
     book = ledger(snapshot, at)
@@ -70,5 +74,5 @@ def budget_usage(
         return finding.namespace in kept_namespaces
 
     findings = [f for f in book.findings if concerns_kept(f)]
-    return UsageReport(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))
+    return BudgetUsage(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))
 

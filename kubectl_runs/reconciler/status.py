@@ -48,6 +48,7 @@ from ..engine.plan import (
     Plan,
     plan_run,
 )
+from ..engine.reports import envelope_row, plain
 from ..model import GPULease, Reservation, Run, Snapshot
 from ..timeutil import rfc3339
 from .actions import AnyWrite, PatchStatus, RecordEvent
@@ -162,8 +163,8 @@ class Evaluation:
 
 
 def _envelope_entry(usage: EnvelopeUsage) -> dict[str, Any]:
-    """A ``budgets usage`` row (the same numbers, from the same to_json) under the status's names."""
-    row = usage.to_json()
+    """A ``budgets usage`` row (the same value, engine/reports.envelope_row) under the status's names."""
+    row = plain(envelope_row(usage))
     return {
         "name": row["envelope"],
         "flavor": row["flavor"],
@@ -280,7 +281,7 @@ def run_status(ev: Evaluation, run: Run, generation: int, stored: Mapping[str, A
             split[cls] += getattr(charge, cls)
         if charge.borrowed and charge.lender:
             lenders[charge.lender] = lenders.get(charge.lender, 0) + charge.borrowed
-    plan_json = plan.to_json()
+    plan_json = plain(plan.report)
     headline = plan.headline()
     finished = run.status.phase in FINISHED_PHASES
     running = plan.width.allocated > 0
@@ -366,7 +367,7 @@ def reservation_status(ev: Evaluation, reservation: Reservation, generation: int
     plan = ev.plan(run)
     if plan.reservation is None or plan.reservation.key != reservation.key:
         return None
-    plan_json = plan.to_json()
+    plan_json = plain(plan.report)
     if plan.deficit == 0:
         ready = _condition("Ready", True, "Fits", plan.headline(), generation)
     else:

@@ -8,6 +8,7 @@ from builders import at, budget, envelope, lease, node, run, snapshot
 
 from kubectl_runs.engine import findings as fk
 from kubectl_runs.engine.audit import audit, peak
+from kubectl_runs.engine.reports import finding_entries, plain
 
 SINCE, UNTIL, AT = at(hours=24), at(hours=48), at(hours=72)
 
@@ -182,7 +183,7 @@ def test_double_booked_reports_both_leases_and_the_overlap():
     third = lease("third", slot_list=["n1#0"], start=at(hours=30), ended=at(hours=40))
     fourth = lease("fourth", slot_list=["n2#0"], start=at(hours=24))
     report = audit(fleet(first, second, third, fourth), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {
             "kind": "DoubleBooked",
             "lease": "team/second",
@@ -206,7 +207,7 @@ def test_unknown_node_and_slot():
     ninth = lease("ninth", slot_list=["n1#9"], start=at(hours=25), ended=at(hours=26))
     failed = lease("failed", slot_list=["gone#0"], start=at(hours=25), ended=at(hours=26), closure_reason="NodeFailure")
     report = audit(fleet(ghost, ninth, failed), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "UnknownNode", "lease": "team/ghost",
          "detail": "holds slots on ghost (not in the snapshot): fix the slot names, or restore the node if it was "
          "removed while the lease was open"},
@@ -224,7 +225,7 @@ def test_unknown_run():
     deleted = lease("deleted", gpus=1, node_name="n2", start=at(hours=27), ended=at(hours=28),
                     closure_reason="RunDeleted")
     report = audit(fleet(orphan, stale, deleted, runs=[]), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "UnknownRun", "lease": "team/orphan",
          "detail": "run team/orphan is not in the snapshot but the lease still holds 2 GPUs: close it "
          "(RunDeleted) or restore the run"},
@@ -237,7 +238,7 @@ def test_unknown_envelope():
     """Paid by team/b envelope east, which does not exist (b has only west)."""
     stray = lease("stray", gpus=2, node_name="n1", paid_by=("b", "east"), start=at(hours=25), ended=at(hours=26))
     report = audit(fleet(stray), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "UnknownEnvelope", "lease": "team/stray",
          "detail": "paid by team/b envelope east, which does not exist: its 2 GPUs are unfunded; fix paidBy or "
          "create the envelope"},
@@ -250,7 +251,7 @@ def test_acl_violation_found_at_the_lease_start():
     ext = lease("ext", "ext", owner="partner:ext", gpus=2, node_name="n1", paid_by=("team", "b", "west"),
                 start=at(hours=25), ended=at(hours=26))
     report = audit(fleet(ext), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "ACLViolation", "lease": "ext/ext",
          "detail": "at 2025-11-02T01:00:00Z: owner partner:ext is not family of org:team and team/b envelope west "
          "does not lend: 2 GPUs unfunded"},
@@ -265,7 +266,7 @@ def test_overdraft_inside_the_window():
     big2 = lease("big2", gpus=8, node_name="n2", start=at(hours=28), ended=at(hours=31))
     eight = [budget()]
     report = audit(fleet(big1, big2, budgets=eight), AT, since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "Overdraft", "lease": "team/big2",
          "detail": "at 2025-11-02T04:00:00Z: team/b envelope west funds 8 GPUs at once: 8 of its 8 GPUs are "
          "unfunded"},
@@ -288,7 +289,7 @@ def test_unbound_namespace():
     budgets = [budget("b"), budget("c", owner="org:other")]
     report = audit(fleet(lease("x", gpus=1, node_name="n1", start=at(hours=25)), budgets=budgets), AT,
                    since=SINCE, until=UNTIL)
-    assert [f.to_json() for f in report.findings] == [
+    assert plain(finding_entries(report.findings)) == [
         {"kind": "UnboundNamespace", "lease": None,
          "detail": "namespace team has Budgets of 2 owners (org:other, org:team): its runs are unfunded until its "
          "Budgets name one owner"},

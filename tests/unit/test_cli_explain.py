@@ -32,7 +32,8 @@ from builders import (
 )
 
 from kubectl_runs.cli.explain import explain_document
-from kubectl_runs.engine.plan import explain_run
+from kubectl_runs.engine.explain import explain_run
+from kubectl_runs.engine.reports import plain
 from kubectl_runs.render import render
 
 AT = "2025-11-01T10:00:00Z"
@@ -128,7 +129,7 @@ def test_events_show_when_given():
     events = [{"type": "Warning", "reason": "InsufficientCapacity", "at": "2025-11-01T09:30:00Z", "count": 3,
                "message": "short by 8 GPUs: " + "no free slot in domain d1 " * 5}]
     info = explain_run(world, world.runs_by_key["team/job"], at(hours=10), events=events)
-    assert info.to_json()["events"] == events
+    assert plain(info.report)["events"] == events
     out, err = io.StringIO(), io.StringIO()
     render(explain_document(info, "table"), "table", out, err)
     text = out.getvalue()

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kubectl_runs import model
+from kubectl_runs.engine.reports import envelope_row, plain
 from kubectl_runs.model import Activation
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
@@ -289,7 +290,7 @@ def test_the_budget_status_shape_of_api_md_is_in_the_schema():
     from kubectl_runs.engine.accounting import ledger
 
     book = ledger(snapshot(budget(), lease("l", owner="org:team", gpus=2)), at(hours=1))
-    row = book.envelopes[("team", "b", "west")].to_json()
+    row = plain(envelope_row(book.envelopes[("team", "b", "west")]))
     status_keys = [k for k in API_FIELDS["Budget"] if k.startswith("status.envelopes[].")]
     entry = {k.split(".")[-1]: row.get(k.split(".")[-1]) for k in status_keys}
     entry["name"] = row["envelope"]
@@ -309,9 +310,9 @@ def test_the_plan_shapes_the_reconciler_writes_are_in_the_schema():
     """Run status.width and status.plan (reasons, remedies) and Reservation status.forecast.remedies, as the plan
     engine writes them."""
     plan = pytest.importorskip("kubectl_runs.engine.plan")
-    width = plan.Width(min=8, max=32, desired=24, allocated=16).to_json()
-    reason = plan.Reason(code="InsufficientBudget", message="short by 8 GPUs").to_json()
-    remedy = plan.Remedy(kind="Shrink", target="team/r", gpus=8, message="shrink team/r by one step").to_json()
+    width = plain(plan.Width(min=8, max=32, desired=24, allocated=16))
+    reason = plain(plan.Reason(code="InsufficientBudget", message="short by 8 GPUs"))
+    remedy = plain(plan.Remedy(kind="Shrink", target="team/r", gpus=8, message="shrink team/r by one step"))
     run_status = {"status": {"width": width, "plan": {
         "deficitGPUs": 8, "capacityDeficitGPUs": 0, "fundingDeficitGPUs": 8, "reasons": [reason], "remedies": [remedy],
     }}}

@@ -13,6 +13,7 @@ from builders import at, budget, envelope, lease, node, run, slots, snapshot
 
 from kubectl_runs.engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Release, forecast
 from kubectl_runs.engine.plan import plan_run
+from kubectl_runs.engine.reports import forecast_report, plain
 
 NOW = at(hours=10)
 OWNER = "org:team"
@@ -39,7 +40,7 @@ def outlook(*objects, gpus: int = 8, **fields):
 def test_a_reported_completion_is_the_earliest_start():
     """n1 is held by ``a`` until its reported T0+1d: then 8 are free and west still has 8: reported T0+1d."""
     result = outlook(team(), node("n1"), *busy("a", "n1", eta=at(days=1)))
-    assert result.to_json() == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": REPORTED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": REPORTED}
     assert [r.run for r in result.releases] == ["team/a"]
 
 
@@ -48,14 +49,14 @@ def test_releases_add_up_until_the_need_is_covered():
     frees n3 only at T0+5d and is not needed."""
     result = outlook(team(24), node("n1"), node("n2"), node("n3"), *busy("a", "n1", eta=at(days=1)),
                      *busy("b", "n2", eta=at(days=2)), *busy("c", "n3", eta=at(days=5)), gpus=16)
-    assert result.to_json() == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": REPORTED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": REPORTED}
     assert [r.run for r in result.releases] == ["team/a", "team/b"]
 
 
 def test_a_release_also_gives_its_funding_back():
     """n2 is free, but west (8) is used up by ``a`` on n1 until T0+1d: capacity now, funding at T0+1d."""
     result = outlook(team(8), node("n1"), node("n2"), *busy("a", "n1", eta=at(days=1)))
-    assert result.to_json() == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": REPORTED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": REPORTED}
 
 
 def test_releases_count_by_domain_for_grouped_runs():
@@ -67,13 +68,13 @@ def test_releases_count_by_domain_for_grouped_runs():
         *busy("a", "n1", 4, eta=at(days=1)), *busy("c", "n1", 4, eta=at(days=3), domain_first=4),
         *busy("b", "n2", 4, eta=at(days=2)), *busy("d", "n2", 4, domain_first=4), group_gpus=8,
     )
-    assert result.to_json() == {"earliestStart": "2025-11-04T00:00:00Z", "confidence": REPORTED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-04T00:00:00Z", "confidence": REPORTED}
 
 
 def test_a_window_that_opens_later_is_window_aligned():
     """west opens at T0+2d and n1 is free: nothing funds the run before then; window-aligned T0+2d."""
     result = outlook(team(start=at(days=2)), node("n1"))
-    assert result.to_json() == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": WINDOW_ALIGNED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": WINDOW_ALIGNED}
     assert [c.key for c in result.opened] == [("team", "b", "west")]
 
 
@@ -82,7 +83,7 @@ def test_a_window_that_opens_counts_the_leases_already_charged_to_it():
     when it opens it has 8 − 4 = 4 of headroom, less than the 8 wanted: unknown."""
     later = budget("b", "team", owner=OWNER, envelopes=[envelope("later", concurrency=8, start=at(days=2))])
     result = outlook(later, node("n1"), node("n2"), *busy("a", "n2", 4, paid_by=("b", "later")))
-    assert result.to_json() == {"earliestStart": None, "confidence": UNKNOWN}
+    assert plain(forecast_report(result)) == {"earliestStart": None, "confidence": UNKNOWN}
 
 
 @pytest.mark.parametrize(
@@ -93,14 +94,14 @@ def test_a_window_that_opens_counts_the_leases_already_charged_to_it():
 def test_without_a_reported_future_completion_there_is_no_earliest_start(eta):
     """n1 is held by ``a`` with no ETA, or an ETA already past (T0+9h < T0+10h): unknown, never a guess."""
     result = outlook(team(), node("n1"), *busy("a", "n1", eta=eta))
-    assert result.to_json() == {"earliestStart": None, "confidence": UNKNOWN}
+    assert plain(forecast_report(result)) == {"earliestStart": None, "confidence": UNKNOWN}
 
 
 def test_gpus_the_resolver_frees_at_activation_mean_it_can_start_now():
     """n1 is held by ``squat``, unfunded (no paidBy): the run is short by 8 now, but at activation its reservation
     reclaims them: earliest start now (reported), no Wait."""
     result = outlook(team(), node("n1"), *busy("squat", "n1", paid_by=None))
-    assert result.to_json() == {"earliestStart": "2025-11-01T10:00:00Z", "confidence": REPORTED}
+    assert plain(forecast_report(result)) == {"earliestStart": "2025-11-01T10:00:00Z", "confidence": REPORTED}
 
 
 def test_forecast_of_nothing_needed_is_now():

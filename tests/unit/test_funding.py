@@ -20,6 +20,7 @@ from builders import WINDOW_END, at, budget, envelope, lease, node, run, snapsho
 
 from kubectl_runs.engine.accounting import ledger
 from kubectl_runs.engine.funding import ANCESTOR, OWN, SIBLING, SPONSOR, funding
+from kubectl_runs.engine.reports import funding_report, plain
 
 NOW = at(hours=10)
 OWNER = "org:ai:lab:sys"
@@ -64,7 +65,7 @@ def test_the_walk_goes_own_ancestors_nearest_first_siblings_then_sponsors():
         ("vision", SPONSOR, 16, 5),
     ]
     assert result.fundable == 22
-    assert result.to_json()["sources"][0] == {
+    assert plain(funding_report(result))["sources"][0] == {
         "namespace": "sys", "budget": "sys", "envelope": "west", "owner": OWNER, "relation": "own",
         "headroomGPUs": 8, "usableGPUs": 8,
     }

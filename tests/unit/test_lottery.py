@@ -12,6 +12,8 @@ import pytest
 from builders import activated, at, lease, preempted, reservation, run, snapshot
 
 from kubectl_runs.engine import lottery
+from kubectl_runs.engine import verify as verification
+from kubectl_runs.engine.reports import plain
 from kubectl_runs.model import ConflictEntry
 
 RESERVATION = "team/r1"
@@ -172,9 +174,9 @@ def honest_record() -> tuple[dict, dict]:
     return activation, after
 
 
-def check(activation: dict, leases: dict) -> lottery.Verification:
+def check(activation: dict, leases: dict) -> verification.Verification:
     rsv = activated(reservation("r1", run_name="big"), activation)
-    return lottery.verify(rsv, {x.key: x for x in leases.values()})
+    return verification.verify(rsv, {x.key: x for x in leases.values()})
 
 
 def test_honest_record_is_verified():
@@ -182,7 +184,7 @@ def test_honest_record_is_verified():
     assert result.differences == ()
     assert result.verified
     assert result.victims == (("team/b", 0), ("team/c", 0), owned_by_ticket()[0])
-    assert result.to_json() == {"name": "team/r1", "seed": SEED, "verified": True, "differences": []}
+    assert plain(result.check) == {"name": "team/r1", "seed": SEED, "verified": True, "differences": []}
 
 
 def _edit_seed(activation, leases):
@@ -304,7 +306,7 @@ def test_edited_seed_reports_every_ticket_and_every_victim_lease():
 
 
 def test_without_activation_there_is_nothing_to_verify():
-    result = lottery.verify(reservation("r1", run_name="big"), {})
+    result = verification.verify(reservation("r1", run_name="big"), {})
     assert result.differences == ("no activation is recorded (status.activation)",)
 
 
@@ -323,7 +325,7 @@ def test_run_draws_give_a_runs_tickets_places_and_verdict():
     activation, leases = honest_record()
     rsv = activated(reservation("r1", run_name="big"), activation)
     snap = snapshot(run("a"), rsv, *leases.values())
-    (draw,) = lottery.run_draws(snap, "team/a")
+    (draw,) = verification.run_draws(snap, "team/a")
     first, second = owned_by_ticket()
     assert draw.reservation == "team/r1"
     assert draw.seed == SEED
@@ -333,14 +335,14 @@ def test_run_draws_give_a_runs_tickets_places_and_verdict():
         (second[1], hand_ticket(*second), 4, False),
     ]
     assert draw.gpus == 8
-    assert draw.to_json()["conflictSetSize"] == 4
+    assert draw.conflict_set_size == 4
 
 
 def test_run_draws_for_a_reclaimed_run_have_no_place_in_the_draw():
     """team/d was reclaimed before the lottery: it has an action but no ticket."""
     activation, leases = honest_record()
     snap = snapshot(activated(reservation("r1", run_name="big"), activation), *leases.values())
-    (draw,) = lottery.run_draws(snap, "team/d")
+    (draw,) = verification.run_draws(snap, "team/d")
     assert draw.tickets == ()
     assert [a.kind for a in draw.actions] == ["ReclaimUnfunded"]
-    assert lottery.run_draws(snap, "team/zzz") == []
+    assert verification.run_draws(snap, "team/zzz") == []

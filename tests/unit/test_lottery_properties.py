@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubectl_runs.engine import lottery
-from kubectl_runs.engine.accounting import CLASS_RANK
+from kubectl_runs.engine import verify as verification
+from kubectl_runs.engine.codes import CLASS_RANK
 from kubectl_runs.engine.resolver import in_scope, resolve
 from kubectl_runs.model import ConflictEntry, Snapshot
 
@@ -202,5 +203,5 @@ def test_resolver_is_replayable_and_its_record_verifies(fleet):
                          reservations=snap.reservations, leases=snap.leases[::-1])
     assert resolve(reordered, reordered.reservations[0], WHEN, deficit_gpus=deficit) == resolution
     after = _after(snap, resolution)
-    (check,) = lottery.verify_all(after)
+    (check,) = verification.verify_all(after)
     assert check.differences == ()

@@ -14,6 +14,7 @@ import pytest
 from builders import at, budget, envelope, lease, node, reservation, run, snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
+from kubectl_runs.engine.reports import plain
 from kubectl_runs.engine.usage import budget_usage
 from kubectl_runs.reconciler.metrics import ReconcilerMetrics, parse_addr, serve
 
@@ -78,7 +79,7 @@ def test_fleet_gauges_equal_budgets_usage(served):
     status, content_type, text = get(server.url + "/metrics")
     assert status == 200 and content_type.startswith("text/plain")
     scraped = samples(text)
-    report = budget_usage(snap, now).to_json()
+    report = plain(budget_usage(snap, now).report)
     assert len(report["envelopes"]) == 3
     for row in report["envelopes"]:
         key = {"namespace": row["namespace"], "budget": row["budget"], "envelope": row["envelope"]}

@@ -16,6 +16,7 @@ from kubectl_runs.engine.packing import (
     open_leases,
     place,
 )
+from kubectl_runs.engine.reports import capacity_report, plain
 
 NOW = at(hours=10)
 OOS = [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]
@@ -129,7 +130,7 @@ def test_capacity_counts_free_and_placeable_per_domain_and_the_excluded_nodes():
     )
     room = capacity(fleet, open_leases(fleet, NOW), "H100", unit=4, spread=True)
     assert (room.free, room.placeable, room.excluded_nodes, room.flavor_nodes) == (13, 12, 2, 4)
-    assert [d.to_json() for d in room.domains] == [
+    assert plain(capacity_report(room).domains) == [
         {"domain": "d1", "freeGPUs": 5, "placeableGPUs": 4, "groups": 1},
         {"domain": "d2", "freeGPUs": 8, "placeableGPUs": 8, "groups": 2},
     ]

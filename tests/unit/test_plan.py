@@ -15,6 +15,7 @@ import pytest
 from builders import at, budget, envelope, lease, node, reservation, run, slots, snapshot, to_manifest
 
 from kubectl_runs.engine.plan import plan_run
+from kubectl_runs.engine.reports import forecast_report, plain
 from kubectl_runs.model import Run
 
 NOW = at(hours=10)
@@ -62,7 +63,7 @@ def test_a_run_that_fits_and_is_funded_starts_now():
     p = plan_of(job(), team(), node("n1"))
     assert figures(p) == (8, 8, 8, 0, 0, 0)
     assert (p.reasons, p.remedies) == ((), ())
-    assert p.forecast.to_json() == {"earliestStart": "2025-11-01T10:00:00Z", "confidence": "reported"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": "2025-11-01T10:00:00Z", "confidence": "reported"}
     assert p.headline() == "team/job starts now: 8 GPUs can be placed and funded."
 
 
@@ -93,7 +94,7 @@ def test_an_elastic_run_starts_at_its_minimum_and_grows_toward_desired(phase, ho
     leases = [held("job", f"h{i}", 8, group=i) for i in range(holding // 8)]
     nodes = [node(f"h{i}") for i in range(3)] + [node("n1"), node("n2")]
     p = plan_of(elastic, team(64), *nodes, *leases)
-    assert (p.need, p.growing, p.width.to_json()) == (
+    assert (p.need, p.growing, plain(p.width)) == (
         need, growing, {"min": 8, "max": 32, "desired": 24, "allocated": holding},
     )
     if growing:
@@ -104,7 +105,7 @@ def test_a_finished_run_needs_nothing():
     """A Succeeded run: need 0, no reasons, no remedies, no earliest start."""
     p = plan_of(job(phase="Succeeded"), team(), node("n1"))
     assert (p.need, p.deficit, p.reasons, p.remedies) == (0, 0, (), ())
-    assert p.forecast.to_json() == {"earliestStart": None, "confidence": "unknown"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": None, "confidence": "unknown"}
     assert p.headline() == "team/job has finished (Succeeded): nothing to plan."
 
 
@@ -195,7 +196,7 @@ def test_window_not_open():
         "no H100 envelope of org:team's family is inside its window now: the first to open is team/b envelope west "
         "of org:team, on 2025-11-03 00:00 UTC (in 1 day and 14 hours)"
     )
-    assert p.forecast.to_json() == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": "window-aligned"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": "2025-11-03T00:00:00Z", "confidence": "window-aligned"}
     assert [(r.kind, r.target, r.gpus) for r in p.remedies] == [("Wait", OWNER, 8)]
 
 
@@ -321,7 +322,7 @@ def test_wait():
     assert p.remedies[0].message == (
         "wait until 2025-11-02 00:00 UTC (in 14 hours): team/busy reports completion by then, freeing 8"
     )
-    assert p.forecast.to_json() == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": "reported"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": "2025-11-02T00:00:00Z", "confidence": "reported"}
 
 
 def test_lottery():
@@ -334,7 +335,7 @@ def test_lottery():
         "when reservation team/job-r1 activates, a seeded lottery over 1 group in scope frees the remaining 8 "
         "(unfunded first, then borrowed, shared, owned)"
     )
-    assert p.forecast.to_json() == {"earliestStart": None, "confidence": "unknown"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": None, "confidence": "unknown"}
 
 
 def test_every_remedy_kind_in_api_order():
@@ -369,12 +370,12 @@ def test_every_remedy_kind_in_api_order():
         ("Wait", "team/el", 24),
         ("Lottery", "team/job", 18),
     ]
-    assert p.forecast.to_json() == {"earliestStart": "2025-11-04T00:00:00Z", "confidence": "reported"}
+    assert plain(forecast_report(p.forecast)) == {"earliestStart": "2025-11-04T00:00:00Z", "confidence": "reported"}
 
 
 def test_plan_json_has_exactly_the_api_keys():
     """API.md §5 plan: the top-level keys, and the keys of width, capacity, funding, forecast."""
-    data = plan_of(job(16), team(8), node("n1")).to_json()
+    data = plain(plan_of(job(16), team(8), node("n1")).report)
     assert list(data) == [
         "run", "at", "need", "width", "capacity", "funding", "deficitGPUs", "capacityDeficitGPUs",
         "fundingDeficitGPUs", "reasons", "remedies", "forecast",

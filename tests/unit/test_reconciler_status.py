@@ -11,6 +11,7 @@ from builders import at, budget, envelope, lease, node, reservation, run, snapsh
 from test_crd_schema import schema, value_problems
 
 from kubectl_runs.engine.plan import plan_run
+from kubectl_runs.engine.reports import aggregate_row, envelope_row, plain
 from kubectl_runs.engine.usage import budget_usage
 from kubectl_runs.reconciler.actions import PatchStatus, RecordEvent
 from kubectl_runs.reconciler.status import BadObject, Stored, stable_text, status_writes
@@ -45,13 +46,13 @@ def test_budget_status_is_the_budgets_usage_report(fleet):
     writes = {(w.kind, w.namespace, w.name): w for w in status_writes(fleet, AT, {})}
     report = budget_usage(fleet, AT)
     assert report.envelopes
-    for row in (e.to_json() for e in report.envelopes):
+    for row in (plain(envelope_row(e)) for e in report.envelopes):
         entry = next(e for e in writes[("Budget", row["namespace"], row["budget"])].status["envelopes"]
                      if e["name"] == row["envelope"])
         for key in ("flavor", "windowActive", "concurrency", "usedGPUs", "headroomGPUs", "ownedGPUs", "sharedGPUs",
                     "borrowedGPUs", "unfundedGPUs", "spareGPUs", "consumedGPUHours", "gpuHoursHeadroom"):
             assert entry[key] == row[key], (row["budget"], row["envelope"], key)
-    for agg in (a.to_json() for a in report.aggregates):
+    for agg in (plain(aggregate_row(a)) for a in report.aggregates):
         entries = writes[("Budget", agg["namespace"], agg["budget"])].status["aggregates"]
         assert {"name": agg["name"], "usedGPUs": agg["usedGPUs"], "headroomGPUs": agg["headroomGPUs"]} in entries
 
@@ -59,7 +60,7 @@ def test_budget_status_is_the_budgets_usage_report(fleet):
 def test_run_status_is_the_plan(fleet):
     writes = {(w.kind, w.namespace, w.name): w for w in status_writes(fleet, AT, {})}
     for r in fleet.runs:
-        plan = plan_run(fleet, r, AT).to_json()
+        plan = plain(plan_run(fleet, r, AT).report)
         status = writes[("Run", r.metadata.namespace, r.metadata.name)].status
         assert status["width"] == plan["width"]
         for key in ("deficitGPUs", "capacityDeficitGPUs", "fundingDeficitGPUs"):

@@ -15,7 +15,8 @@ import pytest
 from builders import at, budget, envelope, lease, node, reservation, run, slots, snapshot
 
 from kubectl_runs.engine import resolver
-from kubectl_runs.engine.lottery import activation_json, verify
+from kubectl_runs.engine.lottery import activation_json
+from kubectl_runs.engine.verify import verify
 from kubectl_runs.model import GPULease, GPULeaseStatus, Snapshot
 from kubectl_runs.sources.files import load_snapshot
 

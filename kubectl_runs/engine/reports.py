@@ -1,0 +1,406 @@
+"""The reports as values: what ``-o json|yaml`` prints and what the reconciler writes into status (API.md §5).
+
+Each report is a frozen msgspec Struct whose fields, in order, are its JSON contract: the Python names are the
+API's names in snake_case (``model.wire_name`` turns ``used_gpus`` into ``usedGPUs``, as for every record), and
+``plain`` is the one encoding: ``msgspec.to_builtins``, nothing written by hand. Times are RFC 3339 strings
+(``timeutil.rfc3339``), as the API writes them. The JSON Schemas in docs/schemas/ are generated from these types
+(``python -m kubectl_runs.engine.schemas``).
+
+To add a field to a report: add it here, where it belongs in the order, set it where the report is built
+(the ``*_report`` function below, or the engine module it names), and regenerate the schemas.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..model import wire_name
+from ..timeutil import rfc3339
+
+if TYPE_CHECKING:
+    from ..model import Reservation
+    from .accounting import AggregateUsage, EnvelopeUsage
+    from .findings import Finding
+    from .forecast import Forecast
+    from .funding import Funding
+    from .packing import Capacity
+
+
+class Value(msgspec.Struct, frozen=True, rename=wire_name, forbid_unknown_fields=True):
+    """Base of every report value: frozen, camelCase with GPU(s) upper-cased on the wire."""
+
+
+def plain(value: Any) -> Any:
+    """The JSON-shaped builtins of a report value (dicts in field order, lists, str, int, float, bool, None)."""
+    return msgspec.to_builtins(value)
+
+
+# --- shared pieces ------------------------------------------------------------------------------------------
+
+
+class FindingEntry(Value):
+    kind: str
+    lease: str | None
+    detail: str
+
+
+def finding_entries(findings: list[Finding]) -> list[FindingEntry]:
+    return [FindingEntry(f.kind, f.lease, f.detail) for f in findings]
+
+
+# --- budgets usage --------------------------------------------------------------------------------------------
+
+
+class EnvelopeRow(Value):
+    namespace: str
+    budget: str
+    owner: str
+    envelope: str
+    flavor: str
+    window_active: bool
+    concurrency: int
+    used_gpus: int
+    headroom_gpus: int
+    owned_gpus: int
+    shared_gpus: int
+    borrowed_gpus: int
+    unfunded_gpus: int
+    spare_gpus: int
+    consumed_gpu_hours: float
+    max_gpu_hours: float | None
+    gpu_hours_headroom: float | None
+
+
+class AggregateRow(Value):
+    namespace: str
+    budget: str
+    owner: str
+    name: str
+    envelopes: list[str]
+    max_concurrency: int
+    used_gpus: int
+    headroom_gpus: int
+
+
+class UsageReport(Value):
+    """``kubectl runs budgets usage``: every envelope at one instant, its Budget's aggregate caps, findings."""
+
+    at: str
+    envelopes: list[EnvelopeRow]
+    aggregates: list[AggregateRow]
+    findings: list[FindingEntry]
+
+
+def round_hours(value: float) -> float:
+    """GPU-hours in reports: four decimals."""
+    return round(value, 4)
+
+
+def envelope_row(usage: EnvelopeUsage) -> EnvelopeRow:
+    headroom_hours = usage.gpu_hours_headroom
+    namespace, budget, name = usage.key
+    return EnvelopeRow(
+        namespace=namespace,
+        budget=budget,
+        owner=usage.owner,
+        envelope=name,
+        flavor=usage.envelope.flavor,
+        window_active=usage.window_active,
+        concurrency=usage.envelope.concurrency,
+        used_gpus=usage.used,
+        headroom_gpus=usage.headroom,
+        owned_gpus=usage.owned,
+        shared_gpus=usage.shared,
+        borrowed_gpus=usage.borrowed,
+        unfunded_gpus=usage.unfunded,
+        spare_gpus=usage.spare,
+        consumed_gpu_hours=round_hours(usage.consumed_gpu_hours),
+        max_gpu_hours=usage.envelope.max_gpu_hours,
+        gpu_hours_headroom=None if headroom_hours is None else round_hours(headroom_hours),
+    )
+
+
+def aggregate_row(aggregate: AggregateUsage) -> AggregateRow:
+    meta = aggregate.budget.metadata
+    return AggregateRow(
+        namespace=meta.namespace,
+        budget=meta.name,
+        owner=aggregate.budget.spec.owner,
+        name=aggregate.name,
+        envelopes=list(aggregate.envelopes),
+        max_concurrency=aggregate.max_concurrency,
+        used_gpus=aggregate.used,
+        headroom_gpus=aggregate.headroom,
+    )
+
+
+# --- leases audit ---------------------------------------------------------------------------------------------
+
+
+class AuditRow(Value, kw_only=True):
+    """One key of the breakdown. Only the ``--by`` dimensions appear, first, in the order asked for
+    (``audit_row_type``); this type lists them all, for the schema."""
+
+    owner: str | None = None
+    envelope: str | None = None
+    flavor: str | None = None
+    run: str | None = None
+    node: str | None = None
+    gpu_hours: float
+    leases: int
+    peak_gpus: int
+
+
+@functools.cache
+def audit_row_type(by: tuple[str, ...]) -> type[msgspec.Struct]:
+    """The row type of a breakdown by ``by``: its dimensions first, in that order, then the figures."""
+    fields = [(dim, str) for dim in by] + [("gpu_hours", float), ("leases", int), ("peak_gpus", int)]
+    return msgspec.defstruct(f"AuditRow_{'_'.join(by)}", fields, bases=(Value,), frozen=True)
+
+
+class AuditTotals(Value):
+    gpu_hours: float
+    leases: int
+
+
+class AuditReport(Value):
+    """``kubectl runs leases audit``: GPU-hours, leases and peaks per key over [since, until), and findings."""
+
+    since: str
+    until: str
+    rows: list[AuditRow]
+    totals: AuditTotals
+    findings: list[FindingEntry]
+
+
+# --- seeds verify ---------------------------------------------------------------------------------------------
+
+
+class ReservationCheck(Value):
+    name: str
+    seed: str
+    verified: bool
+    differences: list[str]
+
+
+class VerifyReport(Value):
+    """``kubectl runs seeds verify``: each activated Reservation's recorded draw, recomputed."""
+
+    reservations: list[ReservationCheck]
+
+
+# --- plan -----------------------------------------------------------------------------------------------------
+
+
+class Width(Value):
+    min: int
+    max: int
+    desired: int
+    allocated: int  # GPUs of the run's open Active leases
+
+
+class Reason(Value):
+    code: str
+    message: str
+
+
+class Remedy(Value):
+    kind: str
+    target: str  # namespace/name of a run or lease, or an owner path (Borrow, window-aligned Wait)
+    gpus: int  # GPUs it would free or supply
+    message: str
+
+
+class DomainRow(Value):
+    domain: str
+    free_gpus: int
+    placeable_gpus: int
+    groups: int | None
+
+
+class CapacityReport(Value):
+    free_gpus: int
+    placeable_gpus: int
+    domains: list[DomainRow]
+
+
+class SourceRow(Value):
+    namespace: str
+    budget: str
+    envelope: str
+    owner: str
+    relation: str
+    headroom_gpus: int
+    usable_gpus: int
+
+
+class FundingReport(Value):
+    fundable_gpus: int
+    sources: list[SourceRow]
+
+
+class ForecastReport(Value):
+    earliest_start: str | None
+    confidence: str
+
+
+class PlanReport(Value):
+    """``kubectl runs plan``: need, capacity, funding, deficits, reasons, remedies, forecast."""
+
+    run: str
+    at: str
+    need: int
+    width: Width
+    capacity: CapacityReport
+    funding: FundingReport
+    deficit_gpus: int
+    capacity_deficit_gpus: int
+    funding_deficit_gpus: int
+    reasons: list[Reason]
+    remedies: list[Remedy]
+    forecast: ForecastReport
+
+
+def capacity_report(room: Capacity) -> CapacityReport:
+    return CapacityReport(
+        free_gpus=room.free,
+        placeable_gpus=room.placeable,
+        domains=[DomainRow(d.domain, d.free, d.placeable, d.groups) for d in room.domains],
+    )
+
+
+def funding_report(money: Funding) -> FundingReport:
+    return FundingReport(
+        fundable_gpus=money.fundable,
+        sources=[
+            SourceRow(s.key[0], s.key[1], s.key[2], s.owner, s.relation, s.headroom, s.usable) for s in money.sources
+        ],
+    )
+
+
+def forecast_report(outlook: Forecast) -> ForecastReport:
+    return ForecastReport(rfc3339(outlook.earliest_start), outlook.confidence)
+
+
+# --- explain --------------------------------------------------------------------------------------------------
+
+
+class LenderEntry(Value):
+    owner: str
+    gpus: int
+
+
+class FundingSplit(Value):
+    owned: int
+    shared: int
+    borrowed: int
+    unfunded: int
+    lenders: list[LenderEntry]
+
+
+class ScopeEntry(Value):
+    flavor: str
+    domain: str | None
+
+
+class EnvelopeRef(Value):
+    budget: str
+    envelope: str
+
+
+class ActivationEntry(Value):
+    at: str | None
+    seed: str
+    deficit_gpus: int
+    freed_gpus: int
+
+
+class ReservationEntry(Value):
+    name: str
+    state: str | None
+    scope: ScopeEntry
+    paying_envelope: EnvelopeRef | None
+    earliest_start: str | None
+    activation: ActivationEntry | None
+
+
+class TicketEntry(Value):
+    group: int
+    ticket: str
+    place: int  # 1-based place in the draw order
+    taken: bool  # the lottery took it
+
+
+class PreemptionEntry(Value, omit_defaults=True):
+    """A reservation's activation that took GPUs from the run; with the run's tickets when the draw is recorded."""
+
+    reservation: str
+    seed: str
+    at: str | None
+    gpus: int
+    verified: bool | None
+    tickets: list[TicketEntry] | None = None
+    conflict_set_size: int | None = None
+    differences: list[str] | None = None
+
+
+class LeaseEntry(Value):
+    name: str
+    group: int | None
+    role: str
+    gpus: int
+    nodes: list[str]
+    paid_by: str | None
+    start: str | None
+    open: bool
+    class_: str | None = msgspec.field(name="class")
+    closed: bool
+    ended: str | None
+    closure_reason: str | None
+
+
+class ExplainReport(Value, omit_defaults=True):
+    """``kubectl runs explain``: the run, its funding split, its plan, reservation, preemptions and leases; live,
+    its recent Events."""
+
+    run: str
+    phase: str | None
+    width: Width
+    funding: FundingSplit
+    plan: PlanReport
+    reservation: ReservationEntry | None
+    preemptions: list[PreemptionEntry]
+    leases: list[LeaseEntry]
+    events: list[dict[str, Any]] | None = None
+
+
+def reservation_entry(reservation: Reservation | None) -> ReservationEntry | None:
+    if reservation is None:
+        return None
+    spec, status = reservation.spec, reservation.status
+    activation = status.activation
+    paying = spec.paying_envelope
+    return ReservationEntry(
+        name=reservation.key,
+        state=status.state,
+        scope=ScopeEntry(spec.scope.flavor, spec.scope.domain),
+        paying_envelope=EnvelopeRef(paying.budget, paying.envelope) if paying is not None else None,
+        earliest_start=rfc3339(spec.earliest_start),
+        activation=(
+            ActivationEntry(rfc3339(activation.at), activation.seed, activation.deficit_gpus, activation.freed_gpus)
+            if activation is not None
+            else None
+        ),
+    )
+
+
+REPORTS: dict[str, type[Value]] = {
+    "usage": UsageReport,
+    "audit": AuditReport,
+    "plan": PlanReport,
+    "explain": ExplainReport,
+    "verify": VerifyReport,
+}

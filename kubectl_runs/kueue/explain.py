@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..model import Node, Snapshot
 from ..timeutil import rfc3339
+from . import reports
 from .assign import FITS, FITS_BORROWING, SHORT, Assignment, FlavorTry, PodSetChoice, assign
 from .model import KAIWO_NAME_LABEL, KAIWO_TYPE_LABEL, ClusterQueue, Workload, quantity
 from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode, node_allocatable, pod_requests
@@ -30,9 +31,9 @@ class PodSetView:
     per_pod: dict[str, int]  # GPUs per pod, per GPU resource
     flavors: dict[str, str]  # resource -> flavor (admitted: Kueue's; pending: what Kueue would give now)
 
-    def to_json(self) -> dict:
-        return {"name": self.name, "count": self.count, "gpusPerPod": self.per_pod,
-                "gpus": {r: n * self.count for r, n in self.per_pod.items()}, "flavors": self.flavors}
+    def entry(self) -> reports.PodSetEntry:
+        return reports.PodSetEntry(self.name, self.count, dict(self.per_pod),
+                                   {r: n * self.count for r, n in self.per_pod.items()}, dict(self.flavors))
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class FlavorView:
     verdict: str  # Fits, FitsByBorrowing, Insufficient, TooBig, Excluded
     reasons: tuple[str, ...]
 
-    def to_json(self) -> dict:
-        return {"podSet": self.pod_set, "flavor": self.flavor, "verdict": self.verdict, "reasons": list(self.reasons)}
+    def entry(self) -> reports.FlavorEntry:
+        return reports.FlavorEntry(self.pod_set, self.flavor, self.verdict, list(self.reasons))
 
 
 @dataclass(frozen=True)
@@ -71,14 +72,14 @@ class Shortfall:
     def pods_short(self) -> int:
         return max(0, self.pods - self.pods_fit)
 
-    def to_json(self) -> dict:
-        return {
-            "podSet": self.pod_set, "flavor": self.flavor, "resource": self.resource, "needed": self.needed,
-            "nominalQuota": self.nominal, "reserved": self.reserved, "ownFree": self.own_free,
-            "cohortFree": self.cohort_free, "borrowingLimit": self.borrowing_limit, "ownQuotaShort": self.own_short,
-            "quotaShort": self.quota_short, "gpusPerPod": self.gpus_per_pod, "pods": self.pods, "nodes": self.nodes,
-            "podsFit": self.pods_fit, "physicalShort": self.physical_short,
-        }
+    def entry(self) -> reports.ShortfallEntry:
+        return reports.ShortfallEntry(
+            pod_set=self.pod_set, flavor=self.flavor, resource=self.resource, needed=self.needed,
+            nominal_quota=self.nominal, reserved=self.reserved, own_free=self.own_free, cohort_free=self.cohort_free,
+            borrowing_limit=self.borrowing_limit, own_quota_short=self.own_short, quota_short=self.quota_short,
+            gpus_per_pod=self.gpus_per_pod, pods=self.pods, nodes=self.nodes, pods_fit=self.pods_fit,
+            physical_short=self.physical_short,
+        )
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,8 @@ class QueuePosition:
     ahead: tuple[str, ...]  # the workloads before it (at most a few are shown)
     gpus_ahead: int
 
-    def to_json(self) -> dict:
-        return {"position": self.position, "pending": self.pending, "ahead": list(self.ahead),
-                "gpusAhead": self.gpus_ahead}
+    def entry(self) -> reports.PositionEntry:
+        return reports.PositionEntry(self.position, self.pending, list(self.ahead), self.gpus_ahead)
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,8 @@ class Remedy:
     message: str
     objects: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "gpus": self.gpus, "message": self.message, "objects": list(self.objects)}
+    def entry(self) -> reports.RemedyEntry:
+        return reports.RemedyEntry(self.kind, self.gpus, self.message, list(self.objects))
 
 
 @dataclass(frozen=True)
@@ -130,30 +130,32 @@ class WorkloadExplanation:
             return None
         return self.assignment_message == self.kueue_message
 
-    def to_json(self) -> dict:
+    def value(self) -> reports.ExplainWorkloadReport:
         w = self.workload
         created = w.metadata.creation_timestamp
-        return {
-            "workload": w.key,
-            "kaiwo": self.kaiwo,
-            "state": self.state,
-            "priority": self.priority,
-            "priorityClass": w.spec.priority_class_name or None,
-            "created": rfc3339(created) if created else None,
-            "localQueue": self.local_queue,
-            "clusterQueue": self.cluster_queue,
-            "cohort": self.cohort or None,
-            "podSets": [p.to_json() for p in self.pod_sets],
-            "flavors": [f.to_json() for f in self.flavors],
-            "mayUse": self.may_use,
-            "message": self.assignment_message or None,
-            "kueue": {"reason": self.kueue_reason or None, "message": self.kueue_message or None,
-                      "matches": self.matches_kueue},
-            "shortfalls": [s.to_json() for s in self.shortfalls],
-            "position": self.position.to_json() if self.position else None,
-            "remedies": [r.to_json() for r in self.remedies],
-            "notes": list(self.notes),
-        }
+        return reports.ExplainWorkloadReport(
+            workload=w.key,
+            kaiwo=self.kaiwo,
+            state=self.state,
+            priority=self.priority,
+            priority_class=w.spec.priority_class_name or None,
+            created=rfc3339(created) if created else None,
+            local_queue=self.local_queue,
+            cluster_queue=self.cluster_queue,
+            cohort=self.cohort or None,
+            pod_sets=[p.entry() for p in self.pod_sets],
+            flavors=[f.entry() for f in self.flavors],
+            may_use=dict(self.may_use),
+            message=self.assignment_message or None,
+            kueue=reports.KueueSays(self.kueue_reason or None, self.kueue_message or None, self.matches_kueue),
+            shortfalls=[s.entry() for s in self.shortfalls],
+            position=self.position.entry() if self.position else None,
+            remedies=[r.entry() for r in self.remedies],
+            notes=list(self.notes),
+        )
+
+    def to_json(self) -> dict:
+        return reports.plain(self.value())
 
 
 # --- finding the workload -----------------------------------------------------------------------------------

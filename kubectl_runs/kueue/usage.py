@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..model import Snapshot
+from . import reports
 from .model import ClusterQueue, quantity
 from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode
 
@@ -64,28 +65,18 @@ class QueueRow:
     def available(self) -> int:
         return self.headroom + self.cohort_can_lend
 
+    def entry(self) -> reports.QueueRowEntry:
+        return reports.QueueRowEntry(
+            cluster_queue=self.cluster_queue, cohort=self.cohort or None, flavor=self.flavor,
+            resource=self.resource, nominal_quota=self.nominal, borrowing_limit=self.borrowing_limit,
+            lending_limit=self.lending_limit, reserved=self.reserved, admitted=self.admitted, pending=self.pending,
+            pending_workloads=self.pending_workloads, headroom=self.headroom, cohort_can_lend=self.cohort_can_lend,
+            available=self.available, maximum=self.maximum, nodes=self.nodes, node_gpus=self.node_gpus,
+            kueue_reserved=self.kueue_reserved, kueue_admitted=self.kueue_admitted,
+        )
+
     def to_json(self) -> dict:
-        return {
-            "clusterQueue": self.cluster_queue,
-            "cohort": self.cohort or None,
-            "flavor": self.flavor,
-            "resource": self.resource,
-            "nominalQuota": self.nominal,
-            "borrowingLimit": self.borrowing_limit,
-            "lendingLimit": self.lending_limit,
-            "reserved": self.reserved,
-            "admitted": self.admitted,
-            "pending": self.pending,
-            "pendingWorkloads": self.pending_workloads,
-            "headroom": self.headroom,
-            "cohortCanLend": self.cohort_can_lend,
-            "available": self.available,
-            "maximum": self.maximum,
-            "nodes": self.nodes,
-            "nodeGPUs": self.node_gpus,
-            "kueueReserved": self.kueue_reserved,
-            "kueueAdmitted": self.kueue_admitted,
-        }
+        return reports.plain(self.entry())
 
 
 @dataclass(frozen=True)
@@ -101,10 +92,13 @@ class CohortRow:
     used: int  # of the pool, in use by members past the quota they keep (guaranteed)
     free: int  # what is left to lend now (at a root; below a root, before the parent's limits)
 
+    def entry(self) -> reports.CohortEntry:
+        return reports.CohortEntry(cohort=self.cohort, parent=self.parent or None, flavor=self.flavor,
+                                   resource=self.resource, nominal_quota=self.nominal, pooled=self.pooled,
+                                   used=self.used, free=self.free)
+
     def to_json(self) -> dict:
-        return {"cohort": self.cohort, "parent": self.parent or None, "flavor": self.flavor,
-                "resource": self.resource, "nominalQuota": self.nominal, "pooled": self.pooled, "used": self.used,
-                "free": self.free}
+        return reports.plain(self.entry())
 
 
 @dataclass(frozen=True)
@@ -113,12 +107,15 @@ class QueuesUsage:
     cohorts: list[CohortRow]
     findings: list[QueueFinding]
 
+    def value(self) -> reports.QueuesUsageReport:
+        return reports.QueuesUsageReport(
+            cluster_queues=[r.entry() for r in self.rows],
+            cohorts=[c.entry() for c in self.cohorts],
+            findings=[reports.QueueFindingEntry(f.kind, f.object, f.detail) for f in self.findings],
+        )
+
     def to_json(self) -> dict:
-        return {
-            "clusterQueues": [r.to_json() for r in self.rows],
-            "cohorts": [c.to_json() for c in self.cohorts],
-            "findings": [f.to_json() for f in self.findings],
-        }
+        return reports.plain(self.value())
 
 
 def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:

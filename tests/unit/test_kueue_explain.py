@@ -277,3 +277,30 @@ def test_the_docs_page_shows_what_the_commands_print(capsys, monkeypatch):
         out, _ = capsys.readouterr()
         assert code == 0
         assert out.rstrip("\n").split("\n") == expected, command
+
+
+def test_every_queue_report_validates_against_its_schema(capsys):
+    """docs/schemas/queues-usage and explain-workload (generated from kubectl_runs/kueue/reports.py): every
+    workload of the Kueue example, admitted or pending, through `explain workload` and `explain kaiwojob`."""
+    import jsonschema
+
+    from kubectl_runs.engine import schemas
+
+    def validator(stem):
+        data = json.loads((schemas.DIRECTORY / f"{stem}.schema.json").read_text())
+        return jsonschema.validators.validator_for(data)(data)
+
+    code, out, _ = run(capsys, "queues", "usage", "--snapshot", EXAMPLE, "-o", "json")
+    validator("queues-usage").validate(json.loads(out))
+    snap = load_snapshot([EXAMPLE])
+    argvs = [["explain", "workload", w.key] for w in snap.queues.workloads]
+    argvs += [["explain", "kaiwojob", j.key] for j in snap.queues.kaiwo_jobs]
+    for argv in argvs:
+        code, out, err = run(capsys, *argv, "--snapshot", EXAMPLE, "-o", "json")
+        assert code == 0, err
+        validator("explain-workload").validate(json.loads(out))
+    code, out, err = run(capsys, "explain", "workload", "team-b/b-mi-2", "--snapshot", EXAMPLE, "-o", "json")
+    data = json.loads(out)
+    data["shortfalls"][0]["extra"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        validator("explain-workload").validate(data)

@@ -304,3 +304,12 @@ def test_every_queue_report_validates_against_its_schema(capsys):
     data["shortfalls"][0]["extra"] = 1
     with pytest.raises(jsonschema.ValidationError):
         validator("explain-workload").validate(data)
+
+
+def test_snapshot_save_of_a_kueue_fleet_fits_the_snapshot_schema(capsys):
+    import jsonschema
+
+    schema = json.loads((Path(EXAMPLE).parents[1] / "docs" / "schemas" / "snapshot.schema.json").read_text())
+    code, out, _ = run(capsys, "snapshot", "save", "--snapshot", EXAMPLE)
+    assert code == 0
+    jsonschema.validators.validator_for(schema)(schema).validate(json.loads(out))

@@ -116,7 +116,8 @@ class GlobalOptions:
         )
 
     def timeout_seconds(self) -> float | None:
-        """``--request-timeout`` as kubectl reads it: ``0`` = none, ``30`` or ``30s``, ``2m``, ``1h``."""
+        """``--request-timeout`` as kubectl reads it: ``0`` = no limit, ``30`` or ``30s``, ``2m``, ``1h``. None when
+        the flag is not given: the live source then applies its default connect and read timeouts."""
         if self.request_timeout is None:
             return None
         match = _DURATION.match(self.request_timeout.strip())
@@ -125,8 +126,7 @@ class GlobalOptions:
                 f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
             )
         scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-        seconds = float(match.group(1)) * scale
-        return seconds or None
+        return float(match.group(1)) * scale
 
     def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
         from ..sources import load

@@ -191,6 +191,8 @@ def _write_csv(doc: Document, out: IO[str], no_headers: bool) -> None:
 
 
 def _csv_cell(value: Any) -> Any:
+    """A raw value for machines, but no control characters: names come from other people's objects, and an
+    ESC, BEL, newline or bidirectional override in a cell would reach whatever terminal or parser reads it."""
     if value is None:
         return ""
     if isinstance(value, bool):  # as JSON writes it, not Python's True/False
@@ -198,7 +200,9 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, datetime):
         return _rfc3339(value)
     if isinstance(value, (list, tuple)):
-        return ";".join(str(v) for v in value)
+        return clean(";".join(str(v) for v in value))
+    if isinstance(value, str):
+        return clean(value)
     return value
 
 

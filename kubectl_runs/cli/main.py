@@ -72,6 +72,19 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every failure into one line on stderr and an exit code (API.md §5)."""
     args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the result would be lost without a word
+        click.echo("error: standard output is closed: there is nowhere to print the result", err=True)
+        return int(ExitCode.FAILED)
+    try:
+        return _main(args)
+    except BrokenPipeError:  # while printing help or an error's companion line
+        _silence_stdout()
+        return int(ExitCode.FAILED)
+    except OSError as exc:
+        return _write_failed(exc)
+
+
+def _main(args: list[str]) -> int:
     try:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
     except click.exceptions.Exit as done:
@@ -104,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return int(ExitCode.FAILED)
+    except OSError as exc:  # files are read with their own errors: what is left is writing the output
+        return _write_failed(exc)
     except Exception as exc:  # a traceback reaching a user is a bug; say so in one line
         if os.environ.get("KUBECTL_RUNS_DEBUG"):
             raise
@@ -117,22 +132,41 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         _silence_stdout()
+    except OSError as exc:  # /dev/full, a full disk, a quota: the output did not get out
+        return _write_failed(exc)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
 
+def _write_failed(exc: OSError) -> int:
+    """One line for an output that could not be written (``> /dev/full``, a full disk), exit code 1."""
+    reason = exc.strerror or str(exc)
+    where = exc.filename if exc.filename else "standard output"
+    click.echo(f"error: cannot write to {where}: {reason}", err=True)
+    _silence_stdout()
+    return int(ExitCode.FAILED)
+
+
 def _silence_stdout() -> None:
-    """After a closed pipe (``| head``), point stdout at /dev/null so the interpreter's final flush is quiet."""
+    """After a closed pipe (``| head``) or a failed write, point stdout at /dev/null so that the interpreter's
+    final flush is quiet."""
+    if sys.stdout is None:
+        return
+    try:
+        fileno = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (tests capture it)
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, fileno)
 
 
 def entrypoint() -> None:
     """The console script: run, flush, and leave without tearing the interpreter down (the snapshot of a big
     fleet is millions of objects; freeing them one by one would only delay the exit)."""
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:
-        _silence_stdout()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except OSError:
+            _silence_stdout()
     os._exit(code)

@@ -70,6 +70,7 @@ class GlobalOptions:
         if self.namespace and self.namespace != namespace:
             raise UsageError(f"{kind} {name} is in namespace {namespace}, but -n says {self.namespace}: "
                              "give one of them")
+        self.namespace = namespace  # exactly -n NAMESPACE: also the namespace read when RBAC refuses the rest
         return namespace, short
 
     def find(self, kind: str, name: str, by_key: Mapping[str, T]) -> T:
@@ -115,7 +116,8 @@ class GlobalOptions:
         )
 
     def timeout_seconds(self) -> float | None:
-        """``--request-timeout`` as kubectl reads it: ``0`` = none, ``30`` or ``30s``, ``2m``, ``1h``."""
+        """``--request-timeout`` as kubectl reads it: ``0`` = no limit, ``30`` or ``30s``, ``2m``, ``1h``. None when
+        the flag is not given: the live source then applies its default connect and read timeouts."""
         if self.request_timeout is None:
             return None
         match = _DURATION.match(self.request_timeout.strip())
@@ -124,8 +126,7 @@ class GlobalOptions:
                 f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
             )
         scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-        seconds = float(match.group(1)) * scale
-        return seconds or None
+        return float(match.group(1)) * scale
 
     def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
         from ..sources import load
@@ -199,9 +200,11 @@ _GLOBAL_OPTIONS = (
     click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
                  help="The kubeconfig context to use."),
     click.option("-n", "--namespace", metavar="NS", callback=_store("namespace"), expose_value=False,
-                 help="The namespace: of the object for plan/explain/seeds verify; narrows reports."),
+                 help="The namespace: of the object for plan/explain/seeds verify (or write NAMESPACE/NAME); "
+                 "narrows reports."),
     click.option("-A", "--all-namespaces", is_flag=True, default=None, callback=_store("all_namespaces"),
-                 expose_value=False, help="Reports over every namespace you may read (the default for reports)."),
+                 expose_value=False, help="Every namespace you may read: the default for reports; plan/explain/"
+                 "seeds verify look for the one object of that name in any namespace."),
     click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, type=click.Path(allow_dash=True, readable=False), callback=_store("snapshots", append=True),
                  expose_value=False, help="Read objects from a snapshot file or directory instead of a cluster "
                  "(repeatable; - is stdin)."),

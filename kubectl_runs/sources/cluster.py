@@ -11,6 +11,7 @@ refused or unreachable.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,15 @@ from .files import _Collector, gc_paused
 
 DEFAULT_CHUNK_SIZE = 500  # kubectl's --chunk-size default
 RELIST_ATTEMPTS = 3
+
+# Without --request-timeout a request gives up by itself, as kubectl does (a server that accepts TCP and never
+# answers must not hang a command for ever). CONNECT_TIMEOUT bounds the TCP connect and the TLS handshake.
+# READ_TIMEOUT bounds each wait for the next bytes of an answer, not the whole answer: a page of a large list
+# that streams for minutes is not cut off, while an API server that says nothing for a minute is given up on
+# (a page of 500 objects normally starts within a second or two, even from a loaded etcd).
+# --request-timeout N replaces both with one limit on the request (kubectl's meaning); 0 means no limit.
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -97,10 +107,18 @@ class Cluster:
         self.source = source
         self.api = _api_client(source)
         self.server = self.api.configuration.host
-        self.timeout = source.request_timeout
+        self.timeout = source.request_timeout  # None: not given (the defaults apply); 0: no limit
         self.chunk_size = source.chunk_size or DEFAULT_CHUNK_SIZE
 
     # --- raw requests -----------------------------------------------------------------------------------
+
+    @property
+    def request_timeout(self) -> float | tuple[float, float] | None:
+        """What the kubernetes client is given: (connect, read) by default, one limit with --request-timeout,
+        None (no limit) with --request-timeout 0."""
+        if self.timeout is None:
+            return (CONNECT_TIMEOUT, READ_TIMEOUT)
+        return self.timeout or None
 
     def get(self, path: str, query: list[tuple[str, Any]] | None = None) -> bytes:
         """GET ``path`` and return the body; non-2xx answers and transport failures raise ClusterError."""
@@ -114,7 +132,7 @@ class Cluster:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self.api.call_api(*request, _request_timeout=self.timeout)
+            response = self.api.call_api(*request, _request_timeout=self.request_timeout)
             response.read()
         except ApiException as exc:  # raised by some transports before a response exists
             raise self._http_error(exc.status, exc.body, path) from None
@@ -169,10 +187,9 @@ class Cluster:
         return ClusterError(f"the server at {self.server} answered {status} for GET {path}: {message or 'no message'}")
 
     def _transport_error(self, exc: Exception) -> ClusterError:
-        text = f"{type(exc).__name__}: {exc}"
-        if "timed out" in text.lower() or "Timeout" in type(exc).__name__:
-            limit = f" within {self.timeout:g}s (--request-timeout)" if self.timeout else ""
-            return ClusterError(f"the server at {self.server} did not answer{limit}")
+        timed_out = _timeout_of(exc)
+        if timed_out is not None:
+            return self._timeout_error(*timed_out)
         reason = getattr(exc, "reason", None)
         detail = str(reason or exc)
         if "Connection refused" in detail or "NewConnectionError" in detail or "Failed to establish" in detail:
@@ -183,6 +200,50 @@ class Cluster:
         if "CERTIFICATE_VERIFY_FAILED" in detail or "SSLError" in detail:
             return ClusterError(f"unable to connect to the server at {self.server}: TLS verification failed")
         return ClusterError(f"unable to connect to the server at {self.server}: {_one_line(detail)}")
+
+
+    def _timeout_error(self, phase: str, seconds: float | None) -> ClusterError:
+        """One line naming the server, what it failed to do and the limit that fired."""
+        if self.timeout:
+            limit = f"within {self.timeout:g}s (--request-timeout)"
+        else:
+            if phase == "read" and seconds == CONNECT_TIMEOUT != READ_TIMEOUT:
+                phase = "handshake"  # urllib3 calls a TLS handshake that never ends a read timeout
+            which = "read" if phase == "read" else "connect"
+            seconds = seconds or (READ_TIMEOUT if which == "read" else CONNECT_TIMEOUT)
+            limit = f"within {seconds:g}s (the default {which} timeout; --request-timeout sets another)"
+        doing = {
+            "connect": "did not accept a connection",
+            "handshake": "accepted a connection but did not complete the TLS handshake",
+            "read": "did not answer",
+        }[phase]
+        return ClusterError(f"the server at {self.server} {doing} {limit}")
+
+
+_TIMEOUT_IN_TEXT = re.compile(r"\((connect|read) timeout=([0-9.]+)\)")
+
+
+def _timeout_of(exc: BaseException) -> tuple[str, float | None] | None:
+    """("connect" | "read", the limit in seconds if urllib3 said it) when a transport error is a timeout.
+    urllib3 wraps them (MaxRetryError.reason); a TLS handshake that never ends is a read timeout of the
+    connect limit."""
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
+
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if isinstance(current, NewConnectionError):  # a subclass of ConnectTimeoutError, for history's sake
+            return None
+        if isinstance(current, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
+            match = _TIMEOUT_IN_TEXT.search(str(current))
+            phase = "connect" if isinstance(current, ConnectTimeoutError) else "read"
+            return phase, float(match.group(2)) if match else None
+        current = getattr(current, "reason", None) or current.__cause__ or current.__context__
+        seen += 1
+    if "timed out" in str(exc).lower():  # e.g. an SSLError wrapping a handshake that timed out
+        match = _TIMEOUT_IN_TEXT.search(str(exc))
+        return (match.group(1), float(match.group(2))) if match else ("read", None)
+    return None
 
 
 class _Expired(Exception):
@@ -213,9 +274,19 @@ def _api_client(source: Source) -> Any:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from .kubeconfig import read_kubeconfig
+
     configuration = client.Configuration()
     paths = source.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    have_file = any(os.path.exists(p) for p in paths.split(os.pathsep) if p)
+    files = [p for p in paths.split(os.pathsep) if p]
+    have_file = False
+    for path in files:  # checked first: the client's own errors on a bad file name no file (TypeError, …)
+        try:
+            read_kubeconfig(path)
+            have_file = True
+        except FileNotFoundError:
+            continue
+    named = ", ".join(files)
     try:
         if have_file:
             config.load_kube_config(
@@ -231,19 +302,33 @@ def _api_client(source: Source) -> Any:
     except ClusterError:
         raise
     except ConfigException as exc:
-        raise ClusterError(f"kubeconfig: {_one_line(str(exc))}") from None
-    except Exception as exc:  # a kubeconfig that is not YAML, or not shaped like one
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
-        raise ClusterError(f"kubeconfig {paths}: not a valid kubeconfig{where}: {_one_line(str(problem))}") from None
-    configuration.retries = 1
+        raise ClusterError(f"kubeconfig {named}: {_one_line(str(exc))}") from None
+    except Exception as exc:  # what the checks above missed: still one line naming the file, no Python type
+        raise ClusterError(f"kubeconfig {named}: not a valid kubeconfig: {_one_line(str(exc))}") from None
     import urllib3
+
+    configuration.retries = _retry_class()(total=1)
 
     # kubectl says nothing about insecure-skip-tls-verify on every request; neither do we (and a multi-line
     # Python warning on stderr would break the one-line contract).
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return client.ApiClient(configuration)
+
+
+def _retry_class() -> type:
+    """A urllib3 Retry that retries once (a pooled connection the server dropped), but not a timeout: a
+    request that timed out is given up on at once, so the limit said in the error is the time waited."""
+    import urllib3
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ReadTimeoutError
+
+    class RetryButNotTimeouts(urllib3.Retry):
+        def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):  # type: ignore[no-untyped-def]
+            timed_out = isinstance(error, (ConnectTimeoutError, ReadTimeoutError))
+            if timed_out and not isinstance(error, NewConnectionError):  # (refused: a subclass, not a timeout)
+                raise MaxRetryError(_pool, url, error) from error  # type: ignore[arg-type]
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    return RetryButNotTimeouts
 
 
 # --- what commands use ----------------------------------------------------------------------------------

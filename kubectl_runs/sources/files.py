@@ -25,6 +25,7 @@ import yaml
 
 from ..errors import UserError
 from ..model import KINDS, SNAPSHOT_TIME_ANNOTATION, AnyObject, Snapshot
+from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 
 SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -129,7 +130,7 @@ class _Collector:
         self.by_kind: dict[str, list[Any]] = {kind: [] for kind in KINDS}  # in the order they came
         self.stamps: list[datetime] = []
         self.notes: list[str] = []
-        self.skipped: dict[str, int] = {}
+        self.skipped: dict[str, dict[str, int]] = {}  # kind -> file -> objects of that kind ignored
 
     def add_many(self, kind: str, objects: Iterable[Any]) -> None:
         self.by_kind[kind].extend(objects)
@@ -143,12 +144,18 @@ class _Collector:
         except msgspec.ValidationError:
             raise SnapshotError(f"{where}: annotation {SNAPSHOT_TIME_ANNOTATION}: {text!r} is not an RFC 3339 time") from None
 
-    def skip(self, kind: str) -> None:
-        self.skipped[kind or "<no kind>"] = self.skipped.get(kind or "<no kind>", 0) + 1
+    def skip(self, kind: str, where: str) -> None:
+        files = self.skipped.setdefault(kind or "<no kind>", {})
+        files[where] = files.get(where, 0) + 1
 
     def snapshot(self) -> Snapshot:
-        for kind, count in sorted(self.skipped.items()):
-            self.notes.append(f"ignored {count} object(s) of kind {kind}: kubectl-runs reads {', '.join(KINDS)}")
+        for kind, files in sorted(self.skipped.items()):
+            count = sum(files.values())
+            names = list(files)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
+            self.notes.append(
+                f"ignored {count} object(s) of kind {kind} in {shown}: kubectl-runs reads {', '.join(KINDS)}"
+            )
 
         def ordered(kind: str) -> tuple[Any, ...]:
             """By (namespace, name); of several copies of one object, the last one given. Lists from the API
@@ -226,7 +233,9 @@ def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
 def _load_json(name: str, data: bytes, collector: _Collector) -> None:
     try:
         typed = _TYPED_LIST.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        # (msgspec has a depth guard of its own: nesting past Python's recursion limit is a RecursionError, never
+        # a crash. A typed List that decodes is as shallow as the model; anything else is checked below.)
         typed = None
     if typed is not None:
         collector.stamp(typed.metadata.annotations, name)
@@ -241,6 +250,16 @@ def _collect_typed(items: list[Any], collector: _Collector) -> None:
 
 
 def _load_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
+    line = json_too_deep(data)
+    if line is not None:
+        raise SnapshotError(too_deep_message(name, line))
+    try:
+        _decode_json_slowly(name, data, collector)
+    except RecursionError:  # a backstop: the check above refuses anything this deep first
+        raise SnapshotError(f"{name}: nested too deeply to read (no Kubernetes object is nested that deep)") from None
+
+
+def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
     try:
         if data.lstrip()[:1] == b"[":
             raws = _RAW_ARRAY.decode(data)
@@ -263,9 +282,9 @@ def _load_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
         decoder = _OBJECT_DECODERS.get(peek.kind)
         if decoder is None:
             if peek.items is not None:  # a nested List
-                _load_json_slowly(name, bytes(raw), collector)
+                _decode_json_slowly(name, bytes(raw), collector)
             else:
-                collector.skip(peek.kind)
+                collector.skip(peek.kind, name)
             continue
         try:
             obj = decoder.decode(raw)
@@ -282,6 +301,9 @@ def _yaml_loader() -> type:
 
 
 def _load_yaml(name: str, data: bytes, collector: _Collector) -> None:
+    line = yaml_too_deep(data)  # before the C loader, whose composer overflows the C stack on deep input
+    if line is not None:
+        raise SnapshotError(too_deep_message(name, line))
     try:
         documents = [doc for doc in yaml.load_all(data, Loader=_yaml_loader()) if doc is not None]
     except yaml.YAMLError as exc:
@@ -306,7 +328,7 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
         return
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        collector.skip(kind if isinstance(kind, str) else "")
+        collector.skip(kind if isinstance(kind, str) else "", name)
         return
     body = {k: v for k, v in doc.items() if k != "kind"}
     try:

@@ -92,22 +92,40 @@ def test_missing_kubeconfig_is_one_line(tmp_path, monkeypatch):
 def test_malformed_kubeconfig_is_one_line(tmp_path):
     config = tmp_path / "config"
     config.write_text("apiVersion: v1\nkind: Config\ncontexts: []\ncurrent-context: nowhere\n")
-    with pytest.raises(ClusterError, match=r"^kubeconfig: "):
+    with pytest.raises(ClusterError, match=rf"^kubeconfig {config}: Invalid kube-config file. Expected object "
+                       "with name nowhere in"):
         Cluster(Source(kubeconfig=str(config)))
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("data", "expected"),
     [
-        ("this: is: not: yaml: [", r"not a valid kubeconfig at line 1, column 9: mapping values are not allowed here$"),
-        ("- a\n", r"not a valid kubeconfig: TypeError: "),
-        ("clusters: 5\n", r"not a valid kubeconfig: TypeError: "),
+        (b"this: is: not: yaml: [", "not valid YAML at line 1, column 9: mapping values are not allowed in this context"),
+        (b"- a\n", "not a valid kubeconfig: expected a mapping (apiVersion, kind: Config, clusters, users, "
+                   "contexts), got a list"),
+        (b"clusters: 5\n", "not a valid kubeconfig: clusters: expected a list of named clusters, got a number"),
+        (b"clusters: [{name: c, cluster: {server: [a]}}]\n",
+         "not a valid kubeconfig: clusters[0].cluster.server: expected a string, got a list"),
+        (b"users: [{name: u, user: {exec: {command: x, args: [1]}}}]\n",
+         "not a valid kubeconfig: users[0].user.exec.args: expected a list of strings, got a list"),
+        (b"contexts: [{context: {cluster: c}}]\n", "not a valid kubeconfig: contexts[0].name: expected a string, "
+                                                   "got nothing"),
+        (b"current-context: [x]\n", "not a valid kubeconfig: current-context: expected a string, got a list"),
+        (bytes(range(256)) * 8, "not a kubeconfig: binary data (a NUL byte at offset 0)"),
+        (b"apiVersion: v1\nclusters:\n- name: caf\xe9\n", "not a kubeconfig: not UTF-8 text (byte 0xe9 at offset 36)"),
+        (b"a: " + b"[" * 50_000 + b"]" * 50_000, "nested more than 256 levels deep at line 1: refused before parsing "
+                                                  "(no Kubernetes object is nested that deep)"),
     ],
-    ids=["not-yaml", "a-list", "wrong-shape"],
+    ids=["not-yaml", "a-list", "clusters-not-a-list", "server-not-a-string", "exec-args", "unnamed-context",
+         "current-context-list", "binary", "latin-1", "nested"],
 )
-def test_garbage_kubeconfig_is_one_line(tmp_path, text, expected):
+def test_garbage_kubeconfig_is_one_line_naming_the_file(tmp_path, data, expected):
+    """What kubectl refuses (it decodes the whole file into typed structs), refused in one line naming the file,
+    before the kubernetes client could say UnicodeDecodeError or TypeError."""
+    from kubectl_runs.sources.kubeconfig import KubeconfigError
+
     config = tmp_path / "config"
-    config.write_text(text)
-    with pytest.raises(ClusterError, match=rf"^kubeconfig {config}: {expected}") as caught:
+    config.write_bytes(data)
+    with pytest.raises(KubeconfigError) as caught:
         Cluster(Source(kubeconfig=str(config)))
-    assert "\n" not in str(caught.value)
+    assert str(caught.value) == f"kubeconfig {config}: {expected}"

@@ -310,7 +310,8 @@ def test_json_shapes(tmp_path, shape):
                                                             "metadata": {"name": "cm", "namespace": "team"}}]}
     else:
         documents = {"kind": "List", "items": [{"kind": "BudgetList", "items": [manifests[1]]}, *manifests[2:]]}
-    snap = load_snapshot([_write(tmp_path, "fleet.json", json.dumps(documents))])
+    path = _write(tmp_path, "fleet.json", json.dumps(documents))
+    snap = load_snapshot([path])
     if shape == "single-object":
         assert snap.budgets == (FLEET[1],) and _counts(snap)["leases"] == 0
         return
@@ -318,7 +319,8 @@ def test_json_shapes(tmp_path, shape):
     assert snap.leases == (FLEET[3],)
     if shape == "typed-list-with-unknown-kind":
         assert snap.notes == (
-            "ignored 1 object(s) of kind ConfigMap: kubectl-runs reads Node, Budget, Run, Reservation, GPULease",
+            f"ignored 1 object(s) of kind ConfigMap in {path}: kubectl-runs reads Node, Budget, Run, Reservation, "
+            "GPULease",
         )
 
 
@@ -372,7 +374,8 @@ def test_the_snapshot_stamp_is_the_latest_stamp_of_any_file(tmp_path, form):
 
 
 def test_objects_of_other_kinds_are_ignored_with_one_note_per_kind(tmp_path):
-    """Two ConfigMaps and a coordination.k8s.io Lease next to a Budget: the Budget loads; one note per kind."""
+    """Two ConfigMaps and a coordination.k8s.io Lease next to a Budget, one more ConfigMap in a second file: the
+    Budget loads; one note per kind, naming the files the objects were in."""
     text = _yaml_stream(FLEET[1]) + "---\n" + "\n---\n".join(
         [
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
@@ -380,11 +383,14 @@ def test_objects_of_other_kinds_are_ignored_with_one_note_per_kind(tmp_path):
             "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: leader}\n",
         ]
     )
-    snap = load_snapshot([_write(tmp_path, "mixed.yaml", text)])
+    mixed = _write(tmp_path, "mixed.yaml", text)
+    other = _write(tmp_path, "other.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    snap = load_snapshot([mixed, other])
     assert snap.budgets == (FLEET[1],)
     assert snap.notes == (
-        "ignored 2 object(s) of kind ConfigMap: kubectl-runs reads Node, Budget, Run, Reservation, GPULease",
-        "ignored 1 object(s) of kind Lease: kubectl-runs reads Node, Budget, Run, Reservation, GPULease",
+        f"ignored 3 object(s) of kind ConfigMap in {mixed}, {other}: kubectl-runs reads Node, Budget, Run, "
+        "Reservation, GPULease",
+        f"ignored 1 object(s) of kind Lease in {mixed}: kubectl-runs reads Node, Budget, Run, Reservation, GPULease",
     )
 
 
@@ -505,7 +511,8 @@ def test_an_unknown_kind_is_a_note_on_stderr_not_an_error(tmp_path, monkeypatch,
     out, err = capsys.readouterr()
     assert code == 0
     assert err == (
-        "note: ignored 1 object(s) of kind ConfigMap: kubectl-runs reads Node, Budget, Run, Reservation, GPULease\n"
+        "note: ignored 1 object(s) of kind ConfigMap in x.yaml: kubectl-runs reads Node, Budget, Run, Reservation, "
+        "GPULease\n"
     )
     assert [e["budget"] for e in json.loads(out)["envelopes"]] == ["b"]
 

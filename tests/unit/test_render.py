@@ -155,8 +155,24 @@ def test_csv_has_a_header_and_every_column_with_raw_values():
 
 
 def test_csv_quotes_what_needs_quoting():
-    out, _ = _render(_doc([Row('a,"b"\nc', 1, 0.0, AT)]), CSV, no_headers=True)
-    assert out == '"a,""b""\nc",1,0.0,2025-11-20T12:00:00Z\n'
+    out, _ = _render(_doc([Row('a,"b"', 1, 0.0, AT)]), CSV, no_headers=True)
+    assert out == '"a,""b""",1,0.0,2025-11-20T12:00:00Z\n'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["evil\x1b]0;pwned\x07name", "bell\x07", "c1\x9b31m", "org:\u202etxt.exe", "a\u2066b\u2069c", "two\nlines\r",
+     "nul\x00byte", "tab\there"],
+    ids=["osc-title", "bel", "c1-csi", "rlo", "isolates", "newline-cr", "nul", "tab"],
+)
+def test_csv_cells_are_cleaned_like_table_cells(raw):
+    """-o csv writes exact values, but never a control character (ESC, BEL, C0, C1, bidi overrides): a CSV
+    file is read in terminals and by parsers that other people's object names must not drive. One row, one
+    line."""
+    out, _ = _render(_doc([Row(raw, 1, 0.0, AT)]), CSV, no_headers=True)
+    assert out.count("\n") == 1
+    assert not any(ch in out[:-1] for ch in "\x00\x07\x1b\x9b\r\n\t\u202e\u2066\u2069")
+    assert out == f"{clean(raw)},1,0.0,2025-11-20T12:00:00Z\n"
 
 
 def test_no_headers_prints_only_the_rows():

@@ -24,7 +24,8 @@ import msgspec
 import yaml
 
 from ..errors import UserError
-from ..model import KINDS, SNAPSHOT_TIME_ANNOTATION, AnyObject, Snapshot
+from ..kueue.model import QUEUE_KINDS, QueueObjects
+from ..model import CLUSTER_SCOPED, KINDS, SNAPSHOT_KINDS, SNAPSHOT_TIME_ANNOTATION, AnyObject, Snapshot
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 
 SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
@@ -70,7 +71,7 @@ _TYPED_LIST = msgspec.json.Decoder(_TypedList)
 _PEEK = msgspec.json.Decoder(_Peek)
 _RAW_LIST = msgspec.json.Decoder(_RawList)
 _RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in SNAPSHOT_KINDS.items()}
 _PATH_IN_ERROR = re.compile(r" - at `\$(?:\.)?(.*)`$")
 
 
@@ -101,9 +102,9 @@ def gc_paused() -> Iterator[None]:
 
 _NAME = operator.attrgetter("metadata.name")
 _NAMESPACE = operator.attrgetter("metadata.namespace")
-_KEYS: dict[str, Callable[[Any], Any]] = {kind: operator.attrgetter("metadata.namespace", "metadata.name")
-                                          for kind in KINDS}
-_KEYS["Node"] = _NAME  # cluster-scoped
+_KEYS: dict[str, Callable[[Any], Any]] = {kind: _NAME if kind in CLUSTER_SCOPED  # cluster-scoped: by name
+                                          else operator.attrgetter("metadata.namespace", "metadata.name")
+                                          for kind in SNAPSHOT_KINDS}
 
 
 def _increasing(values: list[Any]) -> bool:
@@ -113,7 +114,7 @@ def _increasing(values: list[Any]) -> bool:
 def _in_order(kind: str, objects: list[Any]) -> bool:
     """Strictly increasing by (namespace, name): sorted, one copy of each. Checked a namespace at a time,
     which makes no key tuples (twice as fast as comparing them on 200,000 leases)."""
-    if kind == "Node":
+    if kind in CLUSTER_SCOPED:
         return _increasing(list(map(_NAME, objects)))
     namespaces = []
     for namespace, group in itertools.groupby(objects, key=_NAMESPACE):
@@ -127,7 +128,7 @@ class _Collector:
     """Objects from every source; a later copy of the same object replaces an earlier one."""
 
     def __init__(self) -> None:
-        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in KINDS}  # in the order they came
+        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in SNAPSHOT_KINDS}  # in the order they came
         self.stamps: list[datetime] = []
         self.notes: list[str] = []
         self.skipped: dict[str, dict[str, int]] = {}  # kind -> file -> objects of that kind ignored
@@ -177,6 +178,7 @@ class _Collector:
             leases=ordered("GPULease"),
             taken_at=max(self.stamps) if self.stamps else None,
             notes=tuple(self.notes),
+            queues=QueueObjects.of({kind: ordered(kind) for kind in QUEUE_KINDS}),
         )
 
 
@@ -326,7 +328,7 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
         for index, item in enumerate(items):
             _collect_dict(name, item, collector, f"items[{index}]")
         return
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    cls = SNAPSHOT_KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         collector.skip(kind if isinstance(kind, str) else "", name)
         return
@@ -346,8 +348,8 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
 def _describe(kind: str, meta: _PeekMeta) -> str:
     if not meta.name:
         return f"{kind} <unnamed>"
-    if kind == "Node":
-        return f"Node {meta.name}"
+    if kind in CLUSTER_SCOPED:
+        return f"{kind} {meta.name}"
     return f"{kind} {meta.namespace or 'default'}/{meta.name}"
 
 

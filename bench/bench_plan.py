@@ -53,10 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
-    from kubectl_runs.cli.plan import find_run, plan_document
+    from kubectl_runs.cli.plan import find_run
     from kubectl_runs.engine.plan import plan_run
     from kubectl_runs.render import TABLE, render
     from kubectl_runs.sources.files import load_snapshot
+    from kubectl_runs.views.plan import plan_document
 
     path, meta = fleet(args.size, args.seed)
     namespace, name = (args.run.split("/", 1) if args.run else (meta["plan"]["namespace"], meta["plan"]["name"]))

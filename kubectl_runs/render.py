@@ -2,7 +2,7 @@
 
 A command hands ``render`` a ``Document``: the exact data for ``-o json|yaml``, and for people a table
 described by ``Column``s (plus summary lines before it and further sections after it). Tables use tabulate
-and humanize; JSON and YAML are exact; CSV writes the wide columns with raw values.
+; JSON and YAML are exact; CSV writes the wide columns with raw values.
 """
 
 from __future__ import annotations
@@ -74,18 +74,6 @@ class Document:
     sections: Sequence[Section] = ()
     empty: str | None = None  # said on stderr when there are no rows (kubectl's "No resources found")
     notes: list[str] = field(default_factory=list)  # warnings for stderr
-
-
-FINDING_COLUMNS = (
-    Column("KIND", lambda f: f.kind),
-    Column("LEASE", lambda f: f.lease),
-    Column("DETAIL", lambda f: f.detail, prose=True),
-)
-
-
-def findings_section(findings: Sequence[Any]) -> Section:
-    """The findings of any report (engine/findings.Finding), one table shape everywhere."""
-    return Section("Findings", findings, FINDING_COLUMNS)
 
 
 def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: bool = False) -> None:
@@ -234,41 +222,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return _rfc3339(value)
     return value
-
-
-# --- humanized cells ----------------------------------------------------------------------------------------
-
-
-def gpus(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
-
-def gpu_hours(value: float | None) -> str:
-    if value is None:
-        return "-"
-    import humanize
-
-    tenths = round(value, 1)
-    if abs(tenths) >= 100:  # decide on the rounded value: 99.96 is "100", not "100.0"
-        return humanize.intcomma(round(value))
-    return humanize.intcomma(tenths)
-
-
-def ago(then: datetime | None, at: datetime) -> str:
-    """kubectl-style age: how long before ``at``."""
-    if then is None:
-        return "<unknown>"
-    import humanize
-
-    return humanize.naturaldelta(at - then) if then <= at else "in " + humanize.naturaldelta(then - at)
-
-
-def when(then: datetime | None, at: datetime) -> str:
-    """A time relative to the evaluation clock ("in 2 hours", "3 days ago")."""
-    if then is None:
-        return "-"
-    import humanize
-
-    if then >= at:
-        return "in " + humanize.naturaldelta(then - at)
-    return humanize.naturaldelta(at - then) + " ago"

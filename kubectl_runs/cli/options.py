@@ -70,6 +70,7 @@ class GlobalOptions:
         if self.namespace and self.namespace != namespace:
             raise UsageError(f"{kind} {name} is in namespace {namespace}, but -n says {self.namespace}: "
                              "give one of them")
+        self.namespace = namespace  # exactly -n NAMESPACE: also the namespace read when RBAC refuses the rest
         return namespace, short
 
     def find(self, kind: str, name: str, by_key: Mapping[str, T]) -> T:
@@ -199,9 +200,11 @@ _GLOBAL_OPTIONS = (
     click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
                  help="The kubeconfig context to use."),
     click.option("-n", "--namespace", metavar="NS", callback=_store("namespace"), expose_value=False,
-                 help="The namespace: of the object for plan/explain/seeds verify; narrows reports."),
+                 help="The namespace: of the object for plan/explain/seeds verify (or write NAMESPACE/NAME); "
+                 "narrows reports."),
     click.option("-A", "--all-namespaces", is_flag=True, default=None, callback=_store("all_namespaces"),
-                 expose_value=False, help="Reports over every namespace you may read (the default for reports)."),
+                 expose_value=False, help="Every namespace you may read: the default for reports; plan/explain/"
+                 "seeds verify look for the one object of that name in any namespace."),
     click.option("--snapshot", "snapshots", metavar="PATH", multiple=True, type=click.Path(allow_dash=True, readable=False), callback=_store("snapshots", append=True),
                  expose_value=False, help="Read objects from a snapshot file or directory instead of a cluster "
                  "(repeatable; - is stdin)."),

@@ -5,11 +5,10 @@ from __future__ import annotations
 import click
 
 from ..engine.lottery import is_activated
-from ..engine.reports import plain
-from ..engine.verify import Verification, verify, verify_all, verify_report
+from ..engine.verify import verify, verify_all
 from ..errors import ExitCode, UserError
-from ..render import OBJECT_FORMATS, Column, Document, Section, when
-from ..text import counted
+from ..render import OBJECT_FORMATS
+from ..views.verify import verify_document
 from .completion import complete_reservations
 from .options import GlobalOptions, global_options
 
@@ -60,35 +59,3 @@ def verify_command(ctx: click.Context, reservation: str | None) -> int:
     at = opts.evaluation_time(snapshot)
     opts.print(verify_document(checks, at, where), fmt)
     return ExitCode.FAILED if any(not c.verified for c in checks) else ExitCode.OK
-
-
-def verify_document(checks: list[Verification], at, namespace: str | None) -> Document:
-    columns = (
-        Column("RESERVATION", lambda c: c.reservation),
-        Column("RUN", lambda c: c.run, wide=True),
-        Column("ACTIVATED", lambda c: c.at, show=lambda c: when(c.at, at)),
-        Column("SEED", lambda c: c.seed or "-"),
-        Column("DEFICIT", lambda c: c.deficit_gpus, wide=True),
-        Column("FREED", lambda c: c.freed_gpus, wide=True),
-        Column("VICTIMS", lambda c: len(c.victims), wide=True),
-        Column("RESULT", lambda c: c.verified, show=_result),
-    )
-    sections = tuple(
-        Section(f"Differences in {c.reservation}", c.differences, (Column("DIFFERENCE", lambda d: d),))
-        for c in checks
-        if c.differences
-    )
-    where = f" in {namespace} namespace" if namespace else ""
-    return Document(
-        data=plain(verify_report(checks)),
-        rows=checks,
-        columns=columns,
-        sections=sections,
-        empty=f"No activated reservations found{where}.",
-    )
-
-
-def _result(check: Verification) -> str:
-    if check.verified:
-        return "verified"
-    return counted(len(check.differences), "difference")

@@ -15,63 +15,18 @@ never a made-up one. An ETA that has already passed is stale and ignored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..model import Snapshot
-from .accounting import LeaseCharge, Ledger
+from .accounting import Ledger
 from .codes import Confidence
-from .funding import Candidate, Releases
+from .funding import Candidate, Funding, Releases, Walk, state_at, walk
 from .packing import place
-from .remedies import Freed, ScopeNodes
+from .remedies import Release
 
 REPORTED, WINDOW_ALIGNED, UNKNOWN = Confidence
 CONFIDENCES = tuple(Confidence)
-
-
-@dataclass(frozen=True)
-class Release:
-    """A run that reports when it will complete, and what it then gives back."""
-
-    run: str
-    at: datetime  # its status.eta.estimatedCompletion
-    source: str  # who reported it (status.eta.source)
-    gpus: int  # GPUs it holds in scope
-    freed: Freed  # of which on schedulable nodes of the scope, by domain
-    charges: tuple[LeaseCharge, ...]  # every open lease of the run (for the funding it gives back)
-
-
-def releases(
-    snapshot: Snapshot, book: Ledger, nodes: ScopeNodes, at: datetime, *, exclude_run: str | None = None
-) -> list[Release]:
-    """Runs holding GPUs in scope whose reported completion is after ``at``, soonest first."""
-    by_run: dict[str, list[LeaseCharge]] = {}
-    for charge in book.charges.values():
-        run_key = charge.lease.run_key
-        if run_key != exclude_run:
-            by_run.setdefault(run_key, []).append(charge)
-    out = []
-    runs = snapshot.runs_by_key
-    for run_key, charges in by_run.items():
-        run = runs.get(run_key)
-        eta = run.status.eta if run is not None else None
-        if eta is None or eta.estimated_completion is None or eta.estimated_completion <= at:
-            continue
-        in_scope = [c.lease for c in charges if nodes.in_scope(c.lease)]
-        if not in_scope:
-            continue
-        out.append(
-            Release(
-                run=run_key,
-                at=eta.estimated_completion,
-                source=eta.source,
-                gpus=sum(lease.gpus for lease in in_scope),
-                freed=nodes.freed(in_scope),
-                charges=tuple(charges),
-            )
-        )
-    return sorted(out, key=lambda r: (r.at, r.run))
 
 
 @dataclass(frozen=True)
@@ -80,41 +35,39 @@ class Forecast:
     confidence: str
     releases: tuple[Release, ...] = ()  # the reported completions counted up to earliestStart
     opened: tuple[Candidate, ...] = ()  # window-aligned: the envelopes whose windows opened by earliestStart
-
-
-FundableAt = Callable[[datetime, Releases], int]
+    walk: Walk | None = None  # the funding walk at earliestStart, when it is later than the plan's instant
 
 
 def forecast(
     *,
     at: datetime,
     need: int,
-    fundable_now: int,
+    money: Funding,
+    book: Ledger,
     free: Mapping[str, int],
     unit: int | None,
     spread: bool,
     remedies_by_run: Mapping[str, Mapping[str, int]],
     reported: Sequence[Release],
-    windows: Sequence[Candidate],
-    fundable_at: FundableAt,
-    envelope_owner: Callable[[tuple[str, str, str]], str | None],
 ) -> Forecast:
-    """The earliest instant >= ``at`` at which the run fits and is funded.
+    """The earliest instant >= ``at`` at which the run fits and is funded, with the funding walk there.
 
-    ``free``: free GPUs per domain on candidate nodes now; ``unit``/``spread``: the run's placement rule
-    (packing.place); ``remedies_by_run``: schedulable GPUs per domain each run's gentle remedies would free;
-    ``reported``: releases (``releases``); ``windows``: candidate envelopes whose window opens after ``at``;
-    ``fundable_at(t, released)``: fundable GPUs at ``t`` once ``released`` are given back;
-    ``envelope_owner``: the owner of an envelope key (to class released slots)."""
+    ``money``: the funding stage at ``at`` (its candidates, in walk order, and what the run may still borrow);
+    ``book``: the ledger at ``at``; ``free``: free GPUs per domain on candidate nodes now; ``unit``/``spread``:
+    the run's placement rule (packing.place); ``remedies_by_run``: schedulable GPUs per domain each run's gentle
+    remedies would free; ``reported``: releases (``releases``). Funding is walked only at an instant where the
+    run fits, once the releases reported by then are given back."""
     if need <= 0:
         return Forecast(at, REPORTED)
+    fundable_now = money.fundable
     per_domain = dict(free)
     for freed in remedies_by_run.values():
         for domain, gpus in freed.items():
             per_domain[domain] = per_domain.get(domain, 0) + gpus
     if fundable_now >= need and place(per_domain, unit, spread)[0] >= need:
         return Forecast(at, REPORTED)
-    later = sorted((c for c in windows if c.envelope.start > at), key=lambda c: (c.envelope.start, c.key))
+    later = sorted((c for c in money.candidates if c.admitted and c.envelope.start > at),
+                   key=lambda c: (c.envelope.start, c.key))
     window_starts = {c.envelope.start for c in later}
     instants = sorted({r.at for r in reported} | set(window_starts))
     given_back = Releases()
@@ -129,15 +82,21 @@ def forecast(
             for domain, gpus in remedies_by_run.get(release.run, {}).items():
                 per_domain[domain] -= gpus
             for charge in release.charges:
-                given_back.add(charge, envelope_owner(charge.envelope) if charge.envelope else None)
+                given_back.add(charge, _owner(book, charge.envelope))
         if place(per_domain, unit, spread)[0] < need:
             continue
-        fund = fundable_at(when, given_back)
-        if fund >= need:
+        found = walk(money.candidates, state_at(book, when, given_back), borrow_left=money.borrow_left)
+        if found.fundable >= need:
             counted = tuple(reported[:taken])
             if when in window_starts and fund_before < need:
                 opened = tuple(c for c in later if c.envelope.start <= when)
-                return Forecast(when, WINDOW_ALIGNED, counted, opened)
-            return Forecast(when, REPORTED, counted)
-        fund_before = fund
+                return Forecast(when, WINDOW_ALIGNED, counted, opened, found)
+            return Forecast(when, REPORTED, counted, walk=found)
+        fund_before = found.fundable
     return Forecast(None, UNKNOWN)
+
+
+def _owner(book: Ledger, key: tuple[str, str, str] | None) -> str | None:
+    """The owner of an envelope the ledger knows (to class the slots a release gives back)."""
+    usage = book.envelopes.get(key) if key is not None else None
+    return usage.owner if usage is not None else None

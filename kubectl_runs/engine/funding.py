@@ -127,6 +127,13 @@ class Funding:
     def unbound(self) -> bool:
         return bool(self.unbound_owners)
 
+    def usable_by_relation(self) -> dict[str, int]:
+        """GPUs the walk takes per relation, in walk order (own, ancestor, sibling, sponsor; those it visited)."""
+        out: dict[str, int] = {}
+        for source in self.walk.sources:
+            out[source.relation] = out.get(source.relation, 0) + source.usable
+        return out
+
     @property
     def denied(self) -> tuple[Candidate, ...]:
         """Sponsor envelopes whose lending ACL refuses the run's owner."""

@@ -124,6 +124,8 @@ class Capacity:
     placeable: int
     flavor_nodes: int  # nodes with this flavor label anywhere (0: no node offers the flavor)
     excluded_nodes: int  # nodes of the flavor in scope that take no placement (cordoned or out of service)
+    nodes: tuple[Node, ...] = ()  # the candidate nodes (candidate_nodes): what the funding stage's selectors match
+    spread_placeable: int = 0  # placeable GPUs were groups allowed to spread across domains
 
     @property
     def free(self) -> int:
@@ -178,4 +180,6 @@ def capacity(
         placeable=total,
         flavor_nodes=len(of_flavor),
         excluded_nodes=len(in_scope) - len(nodes),
+        nodes=tuple(nodes),
+        spread_placeable=total if spread else place(free, unit, True)[0],
     )

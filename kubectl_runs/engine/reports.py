@@ -13,12 +13,13 @@ To add a field to a report: add it here, where it belongs in the order, set it w
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..model import wire_name
+from ..model import ClosureReason, ReservationState, RunPhase, wire_name
 from ..timeutil import rfc3339
+from .codes import Confidence, FindingKind, FundingClass, ReasonCode, Relation, RemedyKind
 
 if TYPE_CHECKING:
     from ..model import Reservation
@@ -42,7 +43,7 @@ def plain(value: Any) -> Any:
 
 
 class FindingEntry(Value):
-    kind: str
+    kind: FindingKind
     lease: str | None
     detail: str
 
@@ -203,12 +204,12 @@ class Width(Value):
 
 
 class Reason(Value):
-    code: str
+    code: ReasonCode
     message: str
 
 
 class Remedy(Value):
-    kind: str
+    kind: RemedyKind
     target: str  # namespace/name of a run or lease, or an owner path (Borrow, window-aligned Wait)
     gpus: int  # GPUs it would free or supply
     message: str
@@ -232,7 +233,7 @@ class SourceRow(Value):
     budget: str
     envelope: str
     owner: str
-    relation: str
+    relation: Relation
     headroom_gpus: int
     usable_gpus: int
 
@@ -244,7 +245,7 @@ class FundingReport(Value):
 
 class ForecastReport(Value):
     earliest_start: str | None
-    confidence: str
+    confidence: Confidence
 
 
 class PlanReport(Value):
@@ -320,7 +321,7 @@ class ActivationEntry(Value):
 
 class ReservationEntry(Value):
     name: str
-    state: str | None
+    state: ReservationState | None
     scope: ScopeEntry
     paying_envelope: EnvelopeRef | None
     earliest_start: str | None
@@ -350,16 +351,16 @@ class PreemptionEntry(Value, omit_defaults=True):
 class LeaseEntry(Value):
     name: str
     group: int | None
-    role: str
+    role: Literal["Active", "Spare"]
     gpus: int
     nodes: list[str]
     paid_by: str | None
     start: str | None
     open: bool
-    class_: str | None = msgspec.field(name="class")
+    class_: FundingClass | None = msgspec.field(name="class")
     closed: bool
     ended: str | None
-    closure_reason: str | None
+    closure_reason: ClosureReason | None
 
 
 class ExplainReport(Value, omit_defaults=True):
@@ -367,7 +368,7 @@ class ExplainReport(Value, omit_defaults=True):
     its recent Events."""
 
     run: str
-    phase: str | None
+    phase: RunPhase | None
     width: Width
     funding: FundingSplit
     plan: PlanReport

@@ -15,6 +15,8 @@ Nothing is written before every kind has been listed once. With ``--manage-lease
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -29,7 +31,7 @@ import msgspec
 from ..errors import UserError
 from ..model import Snapshot
 from ..timeutil import now_utc
-from .actions import AnyWrite, RecordEvent
+from .actions import AnyWrite, Create, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
@@ -43,6 +45,10 @@ WRITERS = 4  # status writes in flight at once (independent objects)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
+
+# Tests only: "<text>[#n]" kills the process (SIGKILL) right after the n-th write (default 1st) whose cause
+# contains <text> — a crash between two writes, on purpose (tests/integration/test_ledger_live.py).
+KILL_AFTER_ENV = "KUBECTL_RUNS_TEST_KILL_AFTER"
 
 
 # --- logs: one line per action, logfmt on stderr ----------------------------------------------------------
@@ -230,6 +236,8 @@ class Reconciler:
         self.batches = 0
         self.resyncs = 0
         self._wake_at: datetime | None = None
+        text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
+        self._kill_after = (text, int(nth or 1)) if text else None
         self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
 
     # --- wiring ---------------------------------------------------------------------------------------------
@@ -319,7 +327,7 @@ class Reconciler:
     def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
         """``ordered`` one after the other (the ledger's writes may depend on each other), then
         ``independent`` (one status write per object) on WRITERS threads."""
-        outcomes = [self.applier.apply(write, at, echo=True) for write in ordered]
+        outcomes = self._in_order(ordered, at)
         if len(independent) > 1:
             outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
         else:
@@ -330,6 +338,33 @@ class Reconciler:
                 key = (write.kind, write.namespace, write.name)
                 _snapshot, _stored, bad = self.cache.view()
                 self._said.add((key, bad[key].resource_version if key in bad else ""))
+        return outcomes
+
+    def _in_order(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
+        """One after the other; after a status write that is not written, the rest is skipped: the ledger's
+        later writes assume it (a victim's closure its Reservation's recorded decision, a new lease the closures
+        that freed its slots). The next pass computes them again from what was written. A Create that fails only
+        leaves GPUs free, so the writes after it still go out (a namespace that refuses them holds up no other)."""
+        outcomes = []
+        failed: AnyWrite | None = None
+        for write in writes:
+            if failed is not None:
+                outcome = Outcome(write, "skipped", f"{failed.kind} {failed.key} was not written")
+                self.log("write", level="warning", action=type(write).__name__, kind=write.kind,
+                         namespace=write.namespace, name=write.name, outcome=outcome.outcome, cause=write.cause,
+                         detail=outcome.detail)
+                outcomes.append(outcome)
+                continue
+            outcome = self.applier.apply(write, at, echo=True)
+            outcomes.append(outcome)
+            if outcome.outcome not in ("ok", "exists", "gone") and not isinstance(write, Create):
+                failed = write
+            elif self._kill_after is not None and self._kill_after[0] in write.cause:
+                text, left = self._kill_after
+                self._kill_after = (text, left - 1)
+                if left <= 1:
+                    self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
+                    os.kill(os.getpid(), signal.SIGKILL)
         return outcomes
 
     def process(self, keys: list[ObjKey]) -> None:

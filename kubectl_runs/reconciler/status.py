@@ -51,6 +51,7 @@ from ..engine.plan import (
 from ..engine.reports import envelope_row, plain
 from ..model import GPULease, Reservation, Run, Snapshot
 from ..timeutil import rfc3339
+from ..views.plan import headline as plan_headline
 from .actions import AnyWrite, PatchStatus, RecordEvent
 
 BUDGET, RUN, RESERVATION = "Budget", "Run", "Reservation"
@@ -282,7 +283,7 @@ def run_status(ev: Evaluation, run: Run, generation: int, stored: Mapping[str, A
         if charge.borrowed and charge.lender:
             lenders[charge.lender] = lenders.get(charge.lender, 0) + charge.borrowed
     plan_json = plain(plan.report)
-    headline = plan.headline()
+    headline = plan_headline(plan)
     finished = run.status.phase in FINISHED_PHASES
     running = plan.width.allocated > 0
     reservation = plan.reservation
@@ -369,10 +370,10 @@ def reservation_status(ev: Evaluation, reservation: Reservation, generation: int
         return None
     plan_json = plain(plan.report)
     if plan.deficit == 0:
-        ready = _condition("Ready", True, "Fits", plan.headline(), generation)
+        ready = _condition("Ready", True, "Fits", plan_headline(plan), generation)
     else:
         code = plan.reasons[0].code if plan.reasons else "Deficit"
-        ready = _condition("Ready", False, code, plan.headline(), generation)
+        ready = _condition("Ready", False, code, plan_headline(plan), generation)
     return _stable({
         "observedGeneration": generation,
         "forecast": {

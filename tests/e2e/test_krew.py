@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -137,3 +140,51 @@ def _first_platform(**changes) -> list[dict]:
 def test_validator_catches_what_krew_rejects(tmp_path, plugin, file_name, expected):
     problems = manifest.validate(_write(tmp_path, plugin, file_name), None, template=True)
     assert any(expected in p for p in problems), problems
+
+
+# --- the README's install line works as written after `make dist` ---------------------------------------------
+
+README_INSTALL = re.compile(r"^kubectl krew install --manifest=(\S+) --archive=(\S+)", re.M)
+
+
+def readme_install_line() -> tuple[str, str]:
+    found = README_INSTALL.search((ROOT / "README.md").read_text())
+    assert found, "README.md has no `kubectl krew install --manifest=… --archive=…` line"
+    return found.group(1), found.group(2)
+
+
+@pytest.fixture(scope="module")
+def dist_manifest(built_binary) -> Path:
+    """scripts/dist (`make dist`; the e2e tier runs it with --reuse) leaves dist/krew/runs.yaml."""
+    if built_binary.parent != ROOT / "dist":
+        pytest.skip("the binary under test was built elsewhere (KUBECTL_RUNS_E2E_BINARY)")
+    return ROOT / "dist" / "krew" / "runs.yaml"
+
+
+def test_make_dist_leaves_the_manifest_the_readme_names(dist_manifest, archives):
+    manifest_path, archive_path = readme_install_line()
+    assert ROOT / manifest_path == dist_manifest
+    assert dist_manifest.is_file()
+    assert (ROOT / archive_path).parent == archives and (ROOT / archive_path).name == ARCHIVE
+    assert manifest.validate(dist_manifest, archives) == []
+    plugin = yaml.safe_load(dist_manifest.read_text())
+    [platform] = plugin["spec"]["platforms"]
+    assert platform["sha256"] == manifest.sha256_of(archives / ARCHIVE)
+    assert platform["uri"].endswith("/" + ARCHIVE)
+
+
+def test_krew_installs_the_readme_line(dist_manifest, archives, tmp_path):
+    """Where krew is installed: the README's line, run as written (in a throwaway KREW_ROOT), installs a plugin
+    that kubectl runs."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None or subprocess.run([kubectl, "krew", "version"], capture_output=True).returncode != 0:
+        pytest.skip("krew is not installed here (kubectl krew)")
+    manifest_path, archive_path = readme_install_line()
+    env = {**os.environ, "KREW_ROOT": str(tmp_path / "krew")}
+    done = subprocess.run([kubectl, "krew", "install", f"--manifest={manifest_path}", f"--archive={archive_path}"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    env["PATH"] = os.pathsep.join([str(tmp_path / "krew" / "bin"), os.path.dirname(kubectl), "/usr/bin", "/bin"])
+    version = subprocess.run([kubectl, "runs", "version"], capture_output=True, text=True, env=env, timeout=120)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip()

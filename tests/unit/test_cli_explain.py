@@ -31,10 +31,10 @@ from builders import (
     write_fleet,
 )
 
-from kubectl_runs.cli.explain import explain_document
 from kubectl_runs.engine.explain import explain_run
 from kubectl_runs.engine.reports import plain
 from kubectl_runs.render import render
+from kubectl_runs.views.explain import explain_document
 
 AT = "2025-11-01T10:00:00Z"
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")

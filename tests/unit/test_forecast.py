@@ -8,14 +8,20 @@ funds 16 H100 GPUs over [T0, T0+30d); nodes have 8 H100 GPUs in domain d1; the c
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from builders import at, budget, envelope, lease, node, run, slots, snapshot
 
+from kubectl_runs.engine import forecast as forecast_module
 from kubectl_runs.engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Release, forecast
+from kubectl_runs.engine.funding import Walk
 from kubectl_runs.engine.plan import plan_run
 from kubectl_runs.engine.reports import forecast_report, plain
 
 NOW = at(hours=10)
+NO_FUNDING = SimpleNamespace(fundable=0, candidates=(), borrow_left=None)  # the funding stage, nothing to give
+NO_LEDGER = SimpleNamespace(envelopes={})
 OWNER = "org:team"
 
 
@@ -107,26 +113,29 @@ def test_gpus_the_resolver_frees_at_activation_mean_it_can_start_now():
 def test_forecast_of_nothing_needed_is_now():
     """need 0: the run has what it needs; the earliest start is the instant itself."""
     result = forecast(
-        at=NOW, need=0, fundable_now=0, free={}, unit=None, spread=True, remedies_by_run={}, reported=[],
-        windows=[], fundable_at=lambda when, given: 0, envelope_owner=lambda key: None,
+        at=NOW, need=0, money=NO_FUNDING, book=NO_LEDGER, free={}, unit=None, spread=True, remedies_by_run={},
+        reported=[],
     )
     assert (result.earliest_start, result.confidence) == (NOW, REPORTED)
 
 
-def test_forecast_walks_instants_in_order_and_asks_funding_only_when_it_fits():
+def test_forecast_walks_instants_in_order_and_asks_funding_only_when_it_fits(monkeypatch):
     """Free 0 in d1; releases of 4 at T0+1d and 4 at T0+2d; funding asked only once 8 are placeable (T0+2d)."""
     asked = []
 
-    def fundable_at(when, given):
+    def state_at(book, when, given):  # the funding stage's state at ``when``: recorded, always 8 to give
         asked.append(when)
-        return 8
+        return when
+
+    monkeypatch.setattr(forecast_module, "state_at", state_at)
+    monkeypatch.setattr(forecast_module, "walk", lambda candidates, state, borrow_left: Walk(8, (), 0))
 
     releases = [
         Release(run="ns/a", at=at(days=1), source="workload", gpus=4, freed=(("d1", 4),), charges=()),
         Release(run="ns/b", at=at(days=2), source="workload", gpus=4, freed=(("d1", 4),), charges=()),
     ]
     result = forecast(
-        at=NOW, need=8, fundable_now=8, free={"d1": 0}, unit=None, spread=True, remedies_by_run={},
-        reported=releases, windows=[], fundable_at=fundable_at, envelope_owner=lambda key: None,
+        at=NOW, need=8, money=SimpleNamespace(fundable=8, candidates=(), borrow_left=None), book=NO_LEDGER,
+        free={"d1": 0}, unit=None, spread=True, remedies_by_run={}, reported=releases,
     )
     assert (result.earliest_start, result.confidence, asked) == (at(days=2), REPORTED, [at(days=2)])

@@ -17,6 +17,7 @@ from builders import at, budget, envelope, lease, node, reservation, run, slots,
 from kubectl_runs.engine.plan import plan_run
 from kubectl_runs.engine.reports import forecast_report, plain
 from kubectl_runs.model import Run
+from kubectl_runs.views.plan import headline
 
 NOW = at(hours=10)
 OWNER = "org:team"
@@ -64,7 +65,7 @@ def test_a_run_that_fits_and_is_funded_starts_now():
     assert figures(p) == (8, 8, 8, 0, 0, 0)
     assert (p.reasons, p.remedies) == ((), ())
     assert plain(forecast_report(p.forecast)) == {"earliestStart": "2025-11-01T10:00:00Z", "confidence": "reported"}
-    assert p.headline() == "team/job starts now: 8 GPUs can be placed and funded."
+    assert headline(p) == "team/job starts now: 8 GPUs can be placed and funded."
 
 
 def test_need_counts_spares_per_group():
@@ -98,7 +99,7 @@ def test_an_elastic_run_starts_at_its_minimum_and_grows_toward_desired(phase, ho
         need, growing, {"min": 8, "max": 32, "desired": 24, "allocated": holding},
     )
     if growing:
-        assert "to grow from 8 toward its desired 24" in p.headline()
+        assert "to grow from 8 toward its desired 24" in headline(p)
 
 
 def test_a_finished_run_needs_nothing():
@@ -106,7 +107,7 @@ def test_a_finished_run_needs_nothing():
     p = plan_of(job(phase="Succeeded"), team(), node("n1"))
     assert (p.need, p.deficit, p.reasons, p.remedies) == (0, 0, (), ())
     assert plain(forecast_report(p.forecast)) == {"earliestStart": None, "confidence": "unknown"}
-    assert p.headline() == "team/job has finished (Succeeded): nothing to plan."
+    assert headline(p) == "team/job has finished (Succeeded): nothing to plan."
 
 
 def test_a_reservation_domain_restricts_the_candidate_nodes():
@@ -135,7 +136,7 @@ def test_invalid_request_unknown_flavor():
         "no node offers GPU flavor B200 (nodes here offer H100): check spec.resources.gpuType"
     )
     assert (p.placeable, p.remedies) == (0, ())
-    assert p.headline().startswith("team/job cannot start: no node offers GPU flavor B200")
+    assert headline(p).startswith("team/job cannot start: no node offers GPU flavor B200")
 
 
 @pytest.mark.parametrize(
@@ -184,7 +185,7 @@ def test_no_envelope_of_the_flavor_in_the_family():
     p = plan_of(job(), budget("b", "team", owner=OWNER, envelopes=[envelope("mi", flavor="MI300X")]), node("n1"))
     assert codes(p) == ["NoEnvelope"]
     assert p.reasons[0].message == "no Budget of org:team, its ancestors or its siblings has an envelope of H100"
-    assert "no envelope of its family pays for H100" in p.headline()
+    assert "no envelope of its family pays for H100" in headline(p)
 
 
 def test_window_not_open():
@@ -207,7 +208,7 @@ def test_insufficient_budget():
     assert [(r.code, r.message) for r in p.reasons] == [
         ("InsufficientBudget", "the H100 envelopes it may use have 8 GPUs of headroom (own 8); it needs 16"),
     ]
-    assert p.headline() == "team/job is short by 8 GPUs because only 8 can be funded."
+    assert headline(p) == "team/job is short by 8 GPUs because only 8 can be funded."
 
 
 VISION = budget("vision", "vision", owner="org:mm:vision",
@@ -245,7 +246,7 @@ def test_insufficient_capacity():
         ("InsufficientCapacity",
          "8 H100 GPUs are free on 2 schedulable nodes (1 more node cordoned or out of service); it needs 16"),
     ]
-    assert p.headline() == "team/job is short by 8 GPUs because only 8 of 16 fit."
+    assert headline(p) == "team/job is short by 8 GPUs because only 8 of 16 fit."
 
 
 def test_insufficient_capacity_when_free_gpus_are_fragmented():

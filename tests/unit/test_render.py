@@ -22,14 +22,13 @@ from kubectl_runs.render import (
     Column,
     Document,
     Section,
-    ago,
     check_format,
     clean,
-    gpu_hours,
-    gpus,
     render,
-    when,
 )
+from kubectl_runs.views import age as ago
+from kubectl_runs.views import gpu_hours, gpus
+from kubectl_runs.views import relative as when
 
 AT = datetime(2025, 11, 20, 12, 0, tzinfo=UTC)
 

@@ -1,0 +1,503 @@
+"""The findings of ``leases audit`` (API.md §5): slots (``DoubleBooked``, ``UnknownNode``), runs
+(``UnknownRun``), envelopes (``UnknownEnvelope``) and the ledger itself (``ACLViolation``, ``Overdraft``,
+``UnboundNamespace``, evaluated where a problem is possible), over the window of engine/audit_window.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from functools import lru_cache
+from itertools import accumulate, compress, count, groupby, islice, takewhile
+from operator import attrgetter, le, neg
+
+from ..model import GPULease, Snapshot
+from ..text import counted
+from ..timeutil import rfc3339
+from . import findings as fk
+from .accounting import BORROWED, EnvelopeKey, ledger, lends_to, relation, unknown_envelope
+from .audit_window import Window, nodes_of, peak, split_slot
+from .findings import Finding
+
+# Closed leases whose run or node is expected to be gone: not reported as UnknownRun / UnknownNode.
+RUN_GONE_REASONS = frozenset({"RunDeleted", "Orphaned"})
+NODE_GONE_REASONS = frozenset({"NodeFailure"})
+
+
+def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Finding]:
+    """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
+    node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
+    where one is are swept for their episodes (``_double_booked``), so the findings are those of a search of
+    every node."""
+    out: list[Finding] = []
+    if not win.leases:
+        return out
+    nodes = snapshot.nodes_by_name
+    if not nodes:
+        notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
+    _list_ids, members = win.slot_lists()
+    per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
+    node_of: dict[str, str] = {}
+    valid: set[str] = set()
+    for list_id in members:
+        unknown: list[str] = []
+        for node, node_slots in nodes_of(win.slots[list_id], node_of).items():
+            on_node = per_node.get(node)
+            if on_node is None:
+                per_node[node] = [(list_id, node_slots)]
+            else:
+                on_node.append((list_id, node_slots))
+            if nodes:
+                unknown.extend(_unknown_slots(node, node_slots, nodes, valid))
+        if unknown:
+            for i in members[list_id]:
+                lease = win.leases[i]
+                if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
+                    continue
+                out.append(_unknown_node(lease, unknown))
+    for entries in per_node.values():
+        if _node_may_double_book(win, entries, members):
+            out.extend(_double_booked(win, [(node_slots, members[i]) for i, node_slots in entries]))
+    return out
+
+
+def _node_may_double_book(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> bool:
+    """Whether two leases hold one slot of this node at the same instant (exact, not a bound).
+
+    Leases whose slots on the node are the same set double-book iff two of them overlap in time. When the node
+    has several such sets that share slots, each lease's set is written as an integer with a 2-bit counter per
+    slot of the node; adding the leases' integers at their starts and subtracting them at their ends (ends first
+    at equal instants: intervals are half-open), a slot is held twice exactly when its counter reaches 2, which
+    sets its high bit. A counter only overflows after it has reached 2, so the first double booking is always
+    seen."""
+    position: dict[str, int] = {}
+    by_set: dict[int, list[int]] = {}  # encoded slot set -> leases
+    for list_id, node_slots in entries:
+        encoded = 0
+        for slot in node_slots:
+            encoded |= 1 << (2 * position.setdefault(slot, len(position)))
+        idx = by_set.get(encoded)
+        if idx is None:
+            by_set[encoded] = list(members[list_id])
+        else:
+            idx.extend(members[list_id])
+    sets = list(by_set)
+    union = 0
+    for encoded in sets:
+        if union & encoded:
+            break
+        union |= encoded
+    else:  # the sets are disjoint: only leases of one set can collide
+        return any(_overlaps(win, idx) for idx in by_set.values())
+    idx = [i for encoded in sets for i in by_set[encoded]]
+    gains = [encoded for encoded in sets for _ in by_set[encoded]]
+    times = list(map(win.ends.__getitem__, idx))
+    times += map(win.starts.__getitem__, idx)
+    deltas = list(map(neg, gains))
+    deltas += gains
+    order = sorted(range(len(times)), key=times.__getitem__)
+    high = int("10" * len(position), 2)
+    return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
+
+
+def _unknown_slots(node: str, slots: list[str], nodes: dict, valid: set[str] | None = None) -> list[str]:
+    """What is wrong with these slots of one node ([] = nothing). ``valid`` collects slots already found
+    valid, so that each slot is parsed once however many slot lists hold it."""
+    known = nodes.get(node)
+    if known is None:
+        return [f"{node} (not in the snapshot)"]
+    if valid is not None and valid.issuperset(slots):
+        return []
+    gpus = known.gpus
+    bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
+    if valid is not None:
+        valid.update(s for s in slots if s not in bad)
+    if bad:
+        return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
+    return []
+
+
+def _unknown_node(lease: GPULease, unknown: list[str]) -> Finding:
+    return Finding(
+        fk.UNKNOWN_NODE,
+        lease.key,
+        f"holds slots on {'; '.join(unknown)}: fix the slot names, or restore the node if it was removed "
+        "while the lease was open",
+        namespace=lease.metadata.namespace,
+    )
+
+
+def _overlaps(win: Window, idx: list[int]) -> bool:
+    """Whether any two of these leases overlap in time (clipped to the window).
+
+    Two of them are held at once iff, for some k, the (k+2)-th start comes before the (k+1)-th end (half-open
+    intervals: an end at the very instant of a start does not overlap it)."""
+    if len(idx) < 2:
+        return False
+    starts = sorted(map(win.starts.__getitem__, idx))
+    ends = sorted(map(win.ends.__getitem__, idx))
+    return not all(map(le, islice(ends, len(ends) - 1), islice(starts, 1, None)))
+
+
+def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> list[Finding]:
+    """The double bookings on one node, one finding per conflict: slots whose holders overlap in time are
+    grouped by *episode* — a maximal time interval during which two or more leases hold the slot — and the
+    slots of the node with the same episode (same interval, same leases) make one finding, which counts the
+    leases and names the first few. ``entries`` are (this node's slots of a slot list, the leases holding
+    exactly that list).
+
+    The node's leases are sorted by start once; each *atom* (the slots held by exactly the same slot lists)
+    takes its leases from that order with C-level masks, and its episodes come from ``_episodes``: O(n log n)
+    in the leases on the node, whatever the overlap (at most one pass per atom, and a node has no more atoms
+    than GPUs)."""
+    holders: dict[str, list[int]] = {}
+    for n, (slots, _idx) in enumerate(entries):
+        for slot in slots:
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
+    starts, ends = win.starts, win.ends
+    node_idx = [i for _slots, idx in entries for i in idx]
+    entry_of = [n for n, (_slots, idx) in enumerate(entries) for _ in idx]
+    node_begun = list(map(starts.__getitem__, node_idx))
+    by_start = sorted(range(len(node_idx)), key=node_begun.__getitem__)
+    order = list(map(node_idx.__getitem__, by_start))
+    begun = list(map(node_begun.__getitem__, by_start))
+    done = list(map(ends.__getitem__, order))
+    entry_sorted = list(map(entry_of.__getitem__, by_start))
+    episodes: dict[tuple[float, float, frozenset[int]], tuple[tuple[int, ...], list[str]]] = {}
+    for lists, slots in atoms.items():
+        if len(lists) == len(entries):  # every lease of the node holds these slots
+            found_episodes = _episodes(order, begun, done)
+        else:
+            if len(lists) == 1 and len(entries[lists[0]][1]) < 2:
+                continue
+            mask = list(map(frozenset(lists).__contains__, entry_sorted))
+            found_episodes = _episodes(list(compress(order, mask)), list(compress(begun, mask)),
+                                       list(compress(done, mask)))
+        for lo, hi, involved in found_episodes:
+            key = (lo, hi, frozenset(involved))  # atoms with the same episode are one conflict
+            found = episodes.get(key)
+            if found is None:
+                episodes[key] = (involved, list(slots))
+            else:
+                found[1].extend(slots)
+    return [_double_booked_finding(win, lo, hi, involved, slots)
+            for (lo, hi, _set), (involved, slots) in episodes.items()]
+
+
+def _episodes(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """The maximal intervals during which two or more of these leases (``order``, sorted by start, with their
+    starts ``begun`` and ends ``done``) are held at once — half-open intervals — each with the leases held
+    during it.
+
+    When they are all held at one common instant (the last start comes before the first end: the usual pile-up,
+    however many leases) the answer is one episode, from the second start to the second-latest end, involving
+    all of them — found without a pass in Python. Otherwise the leases are swept once (``_episodes_swept``)."""
+    if len(order) < 2:
+        return []
+    if begun[-1] < min(done):
+        return [(begun[1], sorted(done)[-2], tuple(order))]
+    return _episodes_swept(order, begun, done)
+
+
+def _episodes_swept(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """``_episodes`` for several episodes: one pass in order of start, keeping the lease that is held longest so
+    far (the *holder*); a lease starting before the holder's end is held at once with it until the earlier
+    end, and the leases of a stretch that touches the episode's end so far join it."""
+    out: list[tuple[float, float, tuple[int, ...]]] = []
+    reach = float("-inf")
+    holder = -1
+    lo = hi = 0.0
+    involved: list[int] | None = None
+    holder_in = False  # the holder is already among the involved leases
+    for i, start, end in zip(order, begun, done, strict=True):
+        if start < reach:
+            until = end if end < reach else reach
+            if involved is not None and start <= hi:
+                if until > hi:
+                    hi = until
+                if not holder_in:
+                    involved.append(holder)
+                    holder_in = True
+                involved.append(i)
+            else:
+                if involved is not None:
+                    out.append((lo, hi, tuple(involved)))
+                lo, hi, involved, holder_in = start, until, [holder, i], True
+            if end > reach:
+                reach, holder = end, i
+        else:
+            reach, holder, holder_in = end, i, False
+    if involved is not None:
+        out.append((lo, hi, tuple(involved)))
+    return out
+
+
+def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[int, ...], slots: list[str]) -> Finding:
+    """One episode on one node's slots: named after the lease that made the slots double-booked (the second of
+    the leases involved, by start then name), with the count of leases and the first few others named."""
+    ordered = _first_by_start(win, involved, 4)
+    lease = ordered[1]
+    others = [ordered[0], *ordered[2:]]
+    held = _slot_list(sorted(slots, key=split_slot))
+    if len(involved) == 2:
+        detail = (f"holds {held} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+                  "close the lease that is not running there")
+    else:
+        named = [x.key for x in others[:3]]
+        more = len(involved) - 1 - len(named)
+        names = f"{', '.join(named)} and {more} more" if more else f"{', '.join(named[:-1])} and {named[-1]}"
+        detail = (f"holds {held} at once with {len(involved) - 1} other leases from {_iso(lo)} to {_iso(hi)} "
+                  f"({names}): one slot is one GPU; close the leases that are not running there")
+    return Finding(fk.DOUBLE_BOOKED, lease.key, detail, namespace=lease.metadata.namespace)
+
+
+def _first_by_start(win: Window, involved: tuple[int, ...], k: int) -> list[GPULease]:
+    """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
+    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
+    them."""
+    leases, begun = win.leases, win.column("start")
+    by_start = sorted(involved, key=begun.__getitem__)
+    cutoff = begun[by_start[min(k, len(by_start)) - 1]]
+    candidates = list(takewhile(lambda i: begun[i] <= cutoff, by_start))
+    candidates.sort(key=lambda i: (begun[i], leases[i].key))
+    return [leases[i] for i in candidates[:k]]
+
+
+def _slot_list(slots: list[str]) -> str:
+    if len(slots) <= 3:
+        return "slot " + ", ".join(slots) if len(slots) == 1 else "slots " + ", ".join(slots)
+    return f"{len(slots)} slots ({slots[0]} … {slots[-1]})"
+
+
+@lru_cache(maxsize=4096)
+def _iso(epoch: float) -> str:
+    """(Cached: the findings of one episode's atoms, and of neighbouring nodes, share their instants.)"""
+    return rfc3339(datetime.fromtimestamp(epoch, UTC)) or ""
+
+
+# --- findings about references: UnknownRun, UnknownEnvelope ---------------------------------------------------
+
+
+_NAMESPACE = attrgetter("metadata.namespace")
+_NAME = attrgetter("metadata.name")
+
+
+def run_findings(snapshot: Snapshot, win: Window) -> list[Finding]:
+    namespaces, names = win.column("run_namespace"), win.column("run_name")
+    # Leases and runs come a namespace at a time (loaded snapshots are sorted; any order is correct, only slower):
+    # each costs one set operation on its name, and no key tuple is made.
+    wanted: dict[str, set[str]] = {}  # namespace -> names of runs the window's leases refer to
+    for namespace, idx in groupby(range(len(names)), key=namespaces.__getitem__):
+        found = wanted.get(namespace)
+        if found is None:
+            wanted[namespace] = set(map(names.__getitem__, idx))
+        else:
+            found.update(map(names.__getitem__, idx))
+    for namespace, runs in groupby(snapshot.runs, key=_NAMESPACE):
+        found = wanted.get(namespace)
+        if found:
+            found.difference_update(map(_NAME, runs))
+    missing = {(namespace, name) for namespace, left in wanted.items() for name in left}
+    if not missing:
+        return []
+    out = []
+    missing_names = {name for _namespace, name in missing}
+    for i in compress(count(), map(missing_names.__contains__, names)):
+        ref = (namespaces[i], names[i])
+        if ref not in missing:
+            continue
+        lease = win.leases[i]
+        status = lease.status
+        if status.closed and status.closure_reason in RUN_GONE_REASONS:
+            continue
+        still = "still holds" if not status.closed else "held"
+        out.append(
+            Finding(
+                fk.UNKNOWN_RUN,
+                lease.key,
+                f"run {ref[0]}/{ref[1]} is not in the snapshot but the lease {still} {counted(len(lease.spec.slice.slots), 'GPU')}: "
+                + ("close it (RunDeleted) or restore the run" if not status.closed else "check the runRef"),
+                namespace=lease.metadata.namespace,
+            )
+        )
+    return out
+
+
+def payers(win: Window) -> list[EnvelopeKey | None]:
+    """The (namespace, budget, envelope) each window lease is charged to; None = minted unfunded. A paidBy
+    without a namespace names an envelope in the run's namespace."""
+    found = win._columns.get("payer")
+    if found is not None:
+        return found
+    paid_by = win.column("paid_by")
+    first: dict = {}
+    paid_by = list(map(first.setdefault, paid_by, paid_by))  # one PaidBy object per distinct value
+    keys = {id(paid): None if paid is None else (paid.namespace, paid.budget, paid.envelope) for paid in first}
+    out = list(map(keys.__getitem__, map(id, paid_by)))
+    if any(key is not None and not key[0] for key in keys.values()):
+        run_namespaces = win.column("run_namespace")
+        for i, key in enumerate(out):
+            if key is not None and not key[0]:
+                out[i] = (run_namespaces[i], key[1], key[2])
+    win._columns["payer"] = out
+    return out
+
+
+def envelope_findings(snapshot: Snapshot, win: Window, by_payer: dict[EnvelopeKey | None, list[int]]) -> list[Finding]:
+    known = snapshot.envelopes_by_key
+    out = []
+    for key, idx in by_payer.items():
+        if key is None or key in known:
+            continue
+        out.extend(unknown_envelope(win.leases[i], key, hint="; fix paidBy or create the envelope") for i in idx)
+    return out
+
+
+# --- findings of the ledger: ACLViolation, Overdraft, UnboundNamespace ---------------------------------------------
+
+
+def ledger_findings(
+    snapshot: Snapshot,
+    win: Window,
+    by_payer: dict[EnvelopeKey | None, list[int]],
+    since: datetime,
+    hi_at: datetime,
+    at_starts: bool,
+) -> tuple[list[Finding], int]:
+    """Run the ledger (``accounting.ledger``) itself, at the end of the window and — when ``at_starts`` — at
+    every instant inside the window where it could find a problem, on the leases open at that instant.
+
+    Funding only changes when a lease starts or an envelope's window closes, and a lease takes its place in the
+    funding order by its start, so a lease that is unfunded at some instant is already unfunded at its own
+    start or at the close of its envelope's window. Those are the instants evaluated, but only for budgets
+    where a cheap bound says a problem is possible: an envelope whose peak of charged GPUs exceeds its
+    concurrency (or the lending cap, or an aggregate cap), a lease of an owner it does not lend to, or a lease
+    open outside its window. Each lease keeps its earliest finding of each kind, said with its instant."""
+    evaluations: list[tuple[datetime, list[int]]] = []
+    if hi_at > since:
+        end_open = [i for i, e in enumerate(win.ends) if e >= win.hi and win.leases[i].open_at(hi_at)]
+        evaluations.append((hi_at, end_open))
+    else:
+        evaluations.append((hi_at, []))
+    if at_starts and win.leases:
+        evaluations.extend(_suspect_instants(snapshot, win, by_payer))
+    best: dict[tuple[str, str | None, str], tuple[datetime, Finding]] = {}
+    for instant, idx in evaluations:
+        view = Snapshot(budgets=snapshot.budgets, leases=tuple(win.leases[i] for i in idx))
+        for finding in ledger(view, instant).findings:
+            if finding.kind == fk.UNKNOWN_ENVELOPE:
+                continue  # reported for every window lease by envelope_findings
+            key = (finding.kind, finding.lease, finding.detail if finding.lease is None else "")
+            if key not in best or instant < best[key][0]:
+                best[key] = (instant, finding)
+    out = []
+    for instant, finding in best.values():
+        if finding.lease is None:
+            out.append(finding)
+        else:
+            out.append(
+                Finding(
+                    finding.kind,
+                    finding.lease,
+                    f"at {rfc3339(instant)}: {finding.detail}",
+                    envelope=finding.envelope,
+                    namespace=finding.lease.partition("/")[0],
+                )
+            )
+    return out, len(evaluations)
+
+
+def _suspect_instants(
+    snapshot: Snapshot, win: Window, by_payer: dict[EnvelopeKey | None, list[int]]
+) -> list[tuple[datetime, list[int]]]:
+    """(instant, leases open then) for every instant where the ledger might find a problem (see above)."""
+    envelopes = snapshot.envelopes_by_key
+    by_envelope: dict[EnvelopeKey, list[int]] = {
+        key: idx for key, idx in by_payer.items() if key is not None and key in envelopes
+    }
+    if not by_envelope:
+        return []
+    starts, ends = win.starts, win.ends
+    owners = win.column("owner")
+    suspects: dict[tuple[str, str], set[float]] = {}  # budget -> instants to evaluate
+
+    def suspect(key: EnvelopeKey, instants: Iterable[float]) -> None:
+        suspects.setdefault((key[0], key[1]), set()).update(instants)
+
+    env_peaks: dict[EnvelopeKey, int] = {}
+    for key, idx in by_envelope.items():
+        budget, envelope = envelopes[key]
+        open_at, close_at = envelope.start.timestamp(), envelope.end.timestamp()
+        # Outside the envelope's window: at the start of a lease that starts before it opens or after it closes,
+        # or when the window closes on a lease still held.
+        covers = open_at <= win.lo and close_at >= win.hi  # then every lease is inside the envelope's window
+        if not covers and (min(map(starts.__getitem__, idx)) < open_at or max(map(ends.__getitem__, idx)) > close_at):
+            suspect(key, (starts[i] for i in idx if starts[i] < open_at or starts[i] >= close_at))
+            if win.lo < close_at < win.hi:
+                suspect(key, (close_at,))
+        # Borrowed: an owner it does not lend to (ACL) is suspect at the lease's start; a lending cap is checked
+        # like the concurrency below.
+        env_owner = budget.spec.owner
+        lending = envelope.lending
+        borrowed: list[int] = []
+        lease_owners = set(map(owners.__getitem__, idx))
+        outsiders = {o for o in lease_owners if relation(o, env_owner) == BORROWED}
+        if outsiders:
+            denied = {o for o in outsiders if not lends_to(envelope, o)}
+            if denied:
+                suspect(key, (starts[i] for i in idx if owners[i] in denied))
+            borrowed = [i for i in idx if owners[i] in outsiders and owners[i] not in denied]
+        env_peaks[key] = _bounded_peak(win, idx, envelope.concurrency)
+        if env_peaks[key] > envelope.concurrency:
+            suspect(key, _over(win, idx, envelope.concurrency))
+        cap = None if lending is None else lending.max_concurrency
+        if borrowed and cap is not None and _bounded_peak(win, borrowed, cap) > cap:
+            suspect(key, _over(win, borrowed, cap))
+    for budget in snapshot.budgets:
+        ns, name = budget.metadata.namespace, budget.metadata.name
+        for cap in budget.spec.aggregate_caps:
+            members = [(ns, name, e) for e in cap.envelopes if (ns, name, e) in by_envelope]
+            if sum(env_peaks[m] for m in members) <= cap.max_concurrency:
+                continue
+            idx = [i for m in members for i in by_envelope[m]]
+            if _bounded_peak(win, idx, cap.max_concurrency) > cap.max_concurrency:
+                suspect(members[0], _over(win, idx, cap.max_concurrency))
+    out = []
+    for (ns, name), instants in suspects.items():
+        idx = [i for key, members in by_envelope.items() if key[0] == ns and key[1] == name for i in members]
+        for instant in sorted(instants):
+            if not win.lo <= instant < win.hi:
+                continue
+            open_then = [i for i in idx if starts[i] <= instant < ends[i]]
+            out.append((datetime.fromtimestamp(instant, UTC), open_then))
+    return out
+
+
+def _bounded_peak(win: Window, idx: list[int], limit: int) -> int:
+    """The peak of GPUs held by these leases, or any number ≤ ``limit`` when it cannot exceed it (their sum)."""
+    total = sum(map(win.gpus.__getitem__, idx))
+    if total <= limit:
+        return total
+    return peak(
+        list(map(win.starts.__getitem__, idx)), list(map(win.ends.__getitem__, idx)), list(map(win.gpus.__getitem__, idx))
+    )
+
+
+def _over(win: Window, idx: list[int], limit: int) -> list[float]:
+    """The start instants at which these leases hold more than ``limit`` GPUs."""
+    starts, ends, gpus = win.starts, win.ends, win.gpus
+    events = sorted([(ends[i], 0, -gpus[i]) for i in idx] + [(starts[i], 1, gpus[i]) for i in idx])
+    held = 0
+    out = []
+    for instant, kind, delta in events:
+        held += delta
+        if kind and held > limit:
+            out.append(instant)
+    return out

@@ -1,0 +1,256 @@
+"""``kubectl runs reconcile --manage-leases`` against a real API server: the ledger keeper end to end.
+
+The scenario (real time): three runs are admitted (one GPULease each), a fourth is blocked and gets a
+Reservation whose earliestStart is the others' reported ETA; the reconciler is killed (SIGKILL, through the
+test-only KUBECTL_RUNS_TEST_KILL_AFTER hook) right after it recorded the activation and before it closed the
+victim; a restarted reconciler closes the victim *from the record* (RandomPreempt, seed), admits the blocked
+run, then closes the leases of a finished run (Completed) and of a deleted one (RunDeleted). It ends with
+``kubectl runs seeds verify`` exiting 0 live and ``kubectl runs leases audit --strict`` exiting 0; every lease is
+closed at most once (PATCHes on gpuleases/status counted by the API server itself).
+
+Then a pass killed between two lease mints and run again converges to the ledger a dry run planned: the same
+names, slots and payers, no lease created twice (POSTs counted by the API server).
+
+The reconciler writes to every object it sees: these tests use their own control plane."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
+from reconciler_harness import API, ROOT, Reconciler, create, get, iso, now, wait_for
+
+NS = "team"
+OWNER = "org:team"
+FLAVOR = "H100"
+WATCH = ("--manage-leases", "--no-leader-elect", "--metrics-addr", "0")
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def node(name: str, *, flavor: str = FLAVOR, domain: str = "d1", gpus: int = 8) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"gpu.flavor": flavor, "fabric.domain": domain}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"},
+                       "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96"}}}
+
+
+def budget(name: str, namespace: str, envelopes: list[tuple[str, str, int]], owner: str = OWNER) -> dict:
+    start = now() - timedelta(days=1)
+    return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"owner": owner, "envelopes": [
+                {"name": env, "flavor": flavor, "concurrency": concurrency, "start": iso(start),
+                 "end": iso(start + timedelta(days=30))} for env, flavor, concurrency in envelopes]}}
+
+
+def grouped_run(name: str, namespace: str = NS, *, flavor: str = FLAVOR, gpus: int = 8, group: int = 8) -> dict:
+    return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"resources": {"gpuType": flavor, "totalGPUs": gpus}, "locality": {"groupGPUs": group}}}
+
+
+def items(cp, plural: str, namespace: str = NS) -> list[dict]:
+    for _ in range(50):  # a CRD just established answers 429 "storage is (re)initializing" for a moment
+        code, body = cp.request("GET", f"{API}/namespaces/{namespace}/{plural}")
+        if code != 429:
+            break
+        time.sleep(0.2)
+    assert code == 200, (plural, code, body)
+    return body["items"]
+
+
+def leases_of(cp, run_name: str, namespace: str = NS) -> list[dict]:
+    return [x for x in items(cp, "gpuleases", namespace) if x["spec"]["runRef"]["name"] == run_name]
+
+
+def open_leases(cp, namespace: str = NS) -> list[dict]:
+    return [x for x in items(cp, "gpuleases", namespace) if not x.get("status", {}).get("closed")]
+
+
+def patch_status(cp, plural: str, name: str, status: dict, namespace: str = NS) -> None:
+    code, body = cp.request("PATCH", f"{API}/namespaces/{namespace}/{plural}/{name}/status", {"status": status},
+                            content_type="application/merge-patch+json")
+    assert code == 200, body
+
+
+def requests(cp, verb: str, resource: str, *, subresource: str = "", code: str | None = None) -> int:
+    """Requests the API server answered (its own apiserver_request_total), for jobtree.dev ``resource``."""
+    status, text = cp.request("GET", "/metrics")
+    assert status == 200
+    total = 0
+    for line in str(text).splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match.group("labels")))
+        if (labels.get("verb") == verb and labels.get("group") == "jobtree.dev" and labels.get("resource") == resource
+                and labels.get("subresource", "") == subresource and (code is None or labels.get("code") == code)):
+            total += int(float(match.group("value")))
+    return total
+
+
+def plugin(cp, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_runs", *args], capture_output=True, text=True,
+                          env=dict(os.environ, KUBECONFIG=cp.admin_kubeconfig), timeout=120, cwd=str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def cp():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with ControlPlane(users=DEFAULT_USERS) as plane:
+        plane.kubectl("apply", "-f", str(ROOT / "crds"))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        yield plane
+
+
+def test_admit_block_reserve_activate_by_lottery_crash_between_writes_verify_and_audit(cp, tmp_path):
+    create(cp, [node("n1"), node("n2"), node("m1", domain="d2"), budget("b", NS, [("main", FLAVOR, 64)])])
+    create(cp, [grouped_run(name) for name in ("a", "b", "c")])
+
+    # 1. Three runs admitted: a lease of 8 GPUs each, every slot once.
+    first = Reconciler(cp, *WATCH, log_dir=tmp_path, name="first")
+    first.proc.stdout.close()
+    wait_for("three runs admitted", lambda: len(open_leases(cp)) == 3, timeout=30)
+    slots = [s for x in open_leases(cp) for s in x["spec"]["slice"]["slots"]]
+    assert len(slots) == len(set(slots)) == 24
+    for x in open_leases(cp):
+        assert x["metadata"]["name"] == f"{x['spec']['runRef']['name']}-g0-active-0"
+        assert x["spec"]["paidBy"] == {"namespace": NS, "budget": "b", "envelope": "main"}
+        assert x["spec"]["owner"] == OWNER and x["spec"]["reason"] == "Start"
+
+    # 2. They report an ETA a few seconds ahead; a fourth run is blocked and reserves for that instant.
+    eta = now() + timedelta(seconds=20)
+    for name in ("a", "b", "c"):
+        patch_status(cp, "runs", name, {"eta": {"estimatedCompletion": iso(eta), "source": "workload"}})
+    create(cp, [grouped_run("late")])
+    reservation, _ = wait_for("late's Reservation", lambda: [r for r in items(cp, "reservations")
+                                                             if r["spec"]["runRef"]["name"] == "late"], timeout=30)
+    (reservation,) = reservation
+    assert reservation["metadata"]["name"] == "late-r1"
+    earliest = reservation["spec"]["earliestStart"]
+    assert earliest >= iso(eta)
+    assert reservation["spec"]["payingEnvelope"] == {"budget": "b", "envelope": "main"}
+    wait_for("late-r1 Pending", lambda: get(cp, f"{API}/namespaces/{NS}/reservations/late-r1")
+             .get("status", {}).get("state") == "Pending", timeout=30)
+    first.stop()
+
+    # 3. At earliestStart the ETAs have passed and nobody finished: the activation draws a victim. This
+    #    reconciler dies right after recording the decision, before the closure.
+    patches_before = requests(cp, "PATCH", "gpuleases", subresource="status")
+    doomed = _reconciler(cp, tmp_path, "doomed", *WATCH, kill_after="activate team/late-r1")
+    code = doomed.wait(timeout=90)
+    assert code == -signal.SIGKILL, f"exit {code}: " + (tmp_path / "doomed.log").read_text()[-3000:]
+    decided = get(cp, f"{API}/namespaces/{NS}/reservations/late-r1")["status"]
+    assert decided["state"] == "Activated"
+    activation = decided["activation"]
+    assert activation["at"] == earliest
+    assert len(activation["conflictSet"]) == 3
+    (action,) = activation["actions"]
+    assert action["kind"] == "Lottery" and action["gpus"] == 8
+    victim_ns, victim_name = action["lease"].split("/")
+    victim = get(cp, f"{API}/namespaces/{victim_ns}/gpuleases/{victim_name}")
+    assert not victim.get("status", {}).get("closed"), "the crash came before the closure"
+    assert requests(cp, "PATCH", "gpuleases", subresource="status") == patches_before
+
+    # 4. A restarted reconciler closes the victim from the record and admits the blocked run.
+    second = Reconciler(cp, *WATCH, log_dir=tmp_path, name="second")
+    second.proc.stdout.close()
+    wait_for("late admitted", lambda: [x for x in leases_of(cp, "late") if not x.get("status", {}).get("closed")],
+             timeout=30)
+    victim = get(cp, f"{API}/namespaces/{victim_ns}/gpuleases/{victim_name}")["status"]
+    assert victim["closed"] is True and victim["closureReason"] == "RandomPreempt"
+    assert victim["preemption"] == {"reservation": f"{NS}/late-r1", "seed": activation["seed"]}
+    victim_run = action["run"].split("/")[1]
+    wait_for("the victim run's record", lambda: get(cp, f"{API}/namespaces/{NS}/runs/{victim_run}")
+             .get("status", {}).get("preemptions"), timeout=30)
+    preempt_lines = [line for line in second.lines() if "RandomPreempt(" in line]
+    assert len(preempt_lines) == 1 and f"RandomPreempt({activation['seed']}) by {NS}/late-r1" in preempt_lines[0]
+    assert not [line for line in second.lines() if "activate team/late-r1" in line], "decided again"
+    slots = [s for x in open_leases(cp) for s in x["spec"]["slice"]["slots"]]
+    assert len(slots) == len(set(slots)) == 24
+
+    # 5. A run finishes (its workload says so) and another is deleted: their leases close.
+    survivors = sorted({"a", "b", "c"} - {victim_run})
+    patch_status(cp, "runs", survivors[0], {"phase": "Succeeded"})
+    code, body = cp.request("DELETE", f"{API}/namespaces/{NS}/runs/{survivors[1]}")
+    assert code == 200, body
+
+    def closed_with(run_name: str, reason: str) -> bool:
+        return any(x.get("status", {}).get("closureReason") == reason for x in leases_of(cp, run_name))
+
+    wait_for("Completed and RunDeleted", lambda: closed_with(survivors[0], "Completed")
+             and closed_with(survivors[1], "RunDeleted"), timeout=30)
+    second.stop()
+
+    # Each lease was closed once: the victim, the finished run's, the deleted run's.
+    assert requests(cp, "PATCH", "gpuleases", subresource="status") - patches_before == 3
+    names = [x["metadata"]["name"] for x in items(cp, "gpuleases")]
+    assert len(names) == len(set(names))
+
+    verify = plugin(cp, "seeds", "verify", "-A")
+    print("\n$ kubectl runs seeds verify -A\n" + verify.stdout + verify.stderr)
+    assert verify.returncode == 0
+    assert "verified" in verify.stdout
+    verified = json.loads(plugin(cp, "seeds", "verify", "-A", "-o", "json").stdout)
+    assert [(r["name"], r["verified"]) for r in verified["reservations"]] == [(f"{NS}/late-r1", True)]
+    audit = plugin(cp, "leases", "audit", "--strict")
+    print("$ kubectl runs leases audit --strict\n" + audit.stdout + audit.stderr)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    print("$ kubectl logs … | grep RandomPreempt\n" + "\n".join(preempt_lines))
+
+
+def _reconciler(cp, log_dir, name: str, *args: str, kill_after: str = "") -> subprocess.Popen:
+    """``kubectl-runs reconcile ARGS`` with the test-only hook that SIGKILLs it right after the write whose cause
+    contains ``kill_after`` (``text#n``: the n-th)."""
+    env = dict(os.environ, KUBECONFIG=cp.admin_kubeconfig, PYTHONUNBUFFERED="1")
+    if kill_after:
+        env["KUBECTL_RUNS_TEST_KILL_AFTER"] = kill_after
+    with open(log_dir / f"{name}.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "kubectl_runs", "reconcile", *args],
+                                stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=str(ROOT))
+
+
+def test_a_pass_killed_between_two_mints_and_run_again_converges_to_the_planned_ledger(cp, tmp_path):
+    """Runs p (4 groups of 4) and q (2 groups of 4) of namespace crash on three 8-GPU A100 nodes; envelope e1
+    funds 6 GPUs, e2 32: p's
+    group 1 straddles both (two leases). --dry-run says what one pass writes; the first --once dies after its
+    third lease, the second finishes: the same leases, and the API server created each exactly once."""
+    create(cp, [node("x1", flavor="A100"), node("x2", flavor="A100"), node("x3", flavor="A100"),
+                budget("b", "crash", [("e1", "A100", 6), ("e2", "A100", 32)], owner="org:crash"),
+                grouped_run("p", "crash", flavor="A100", gpus=16, group=4),
+                grouped_run("q", "crash", flavor="A100", gpus=8, group=4)])
+    dry = plugin(cp, "reconcile", "--dry-run", "--manage-leases")
+    assert dry.returncode == 0, dry.stderr
+    planned = {w["name"]: w["body"]["spec"] for w in json.loads(dry.stdout)
+               if w["action"] == "Create" and w["kind"] == "GPULease" and w["namespace"] == "crash"}
+    assert sorted(planned) == ["p-g0-active-0", "p-g1-active-0", "p-g1-active-1", "p-g2-active-0",
+                               "p-g3-active-0", "q-g0-active-0", "q-g1-active-0"]
+    assert [planned[n]["paidBy"]["envelope"] for n in ("p-g0-active-0", "p-g1-active-0", "p-g1-active-1")] == [
+        "e1", "e1", "e2"]
+    posts = requests(cp, "POST", "gpuleases")
+
+    killed = _reconciler(cp, tmp_path, "killed", "--once", "--manage-leases", kill_after="mint crash/#3")
+    assert killed.wait(timeout=90) == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert len(items(cp, "gpuleases", "crash")) == 3
+
+    again = _reconciler(cp, tmp_path, "again", "--once", "--manage-leases")
+    assert again.wait(timeout=90) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    stored = {x["metadata"]["name"]: x["spec"] for x in items(cp, "gpuleases", "crash")}
+    without_start = lambda specs: {n: {k: v for k, v in spec.items() if k != "start"} for n, spec in specs.items()}  # noqa: E731
+    assert without_start(stored) == without_start(planned)
+    assert requests(cp, "POST", "gpuleases") - posts == len(planned), "a lease was created twice"
+    slots = [s for spec in stored.values() for s in spec["slice"]["slots"]]
+    assert len(slots) == len(set(slots)) == 24
+    audit = plugin(cp, "leases", "audit", "--strict", "-n", "crash")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    print(f"\nkilled after 3 of {len(planned)} leases, run again: {len(stored)} leases, "
+          f"{requests(cp, 'POST', 'gpuleases') - posts} POSTs; leases audit --strict: exit {audit.returncode}")

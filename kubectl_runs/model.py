@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
 import msgspec
+
+from .kueue.model import QUEUE_CLUSTER_SCOPED, QUEUE_KINDS, QueueObjects
 
 GROUP = "jobtree.dev"
 VERSION = "v1alpha1"
@@ -495,7 +497,10 @@ class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
 
 KINDS = {"Node": Node, "Budget": Budget, "Run": Run, "Reservation": Reservation, "GPULease": GPULease}
 KIND_API_VERSIONS = {"Node": "v1", **dict.fromkeys(("Budget", "Run", "Reservation", "GPULease"), API_VERSION)}
-AnyObject = Node | Budget | Run | Reservation | GPULease
+# What a snapshot may hold: ours, and the Kueue/Kaiwo objects the queue reports read (kubectl_runs.kueue).
+SNAPSHOT_KINDS = {**KINDS, **QUEUE_KINDS}
+AnyObject = Union[(*SNAPSHOT_KINDS.values(),)]  # a union built from the registry
+CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
 
 
 def snapshot_document(items: list[dict], taken_at: str | None) -> dict:
@@ -522,6 +527,7 @@ class Snapshot:
     leases: tuple[GPULease, ...] = ()
     taken_at: datetime | None = None
     notes: tuple[str, ...] = field(default=())
+    queues: QueueObjects = field(default_factory=QueueObjects)  # Kueue and Kaiwo objects (kubectl_runs.kueue): their own model
 
     @cached_property
     def nodes_by_name(self) -> dict[str, Node]:
@@ -574,4 +580,5 @@ class Snapshot:
             leases=tuple(x for x in self.leases if x.metadata.namespace == namespace),
             taken_at=self.taken_at,
             notes=self.notes,
+            queues=self.queues.in_namespace(namespace),
         )

@@ -5,17 +5,22 @@ from __future__ import annotations
 import click
 
 from ..engine.explain import explain_run
+from ..errors import UsageError, UserError
 from ..render import OBJECT_FORMATS
 from ..views.explain import explain_document
 from .completion import complete_runs
 from .options import GlobalOptions, global_options
 
+# `explain workload NAME` / `explain kaiwojob NAME`: Kueue's view (views/queues.py), beside `explain RUN`.
+QUEUED_KINDS = {"workload": "Workload", "workloads": "Workload", "wl": "Workload", "kaiwojob": "KaiwoJob",
+                "kaiwojobs": "KaiwoJob", "kaiwoservice": "KaiwoService", "kaiwoservices": "KaiwoService"}
+
 
 @click.command("explain")
-@click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
+@click.argument("words", metavar="RUN", nargs=-1, required=True, shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def explain(ctx: click.Context, run_name: str) -> None:
+def explain(ctx: click.Context, words: tuple[str, ...]) -> None:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
     borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
     leases, and its preemption history — each preempting reservation with its seed, checked as
@@ -24,13 +29,25 @@ def explain(ctx: click.Context, run_name: str) -> None:
     RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
     else default; with -A in every namespace (it must be unique there).
 
+    `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
+    the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
+    its shortfall (own quota, cohort borrowing, nodes), its place in the queue, Kueue's own message and remedies.
+
     \b
     Examples:
       kubectl runs explain pretrain-32 -n rai-sys
       kubectl runs explain lab-scratch-8 -n shared-lab -o yaml
       kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
+      kubectl runs explain workload a-eval-3 -n team-a
+      kubectl runs explain kaiwojob mi-finetune -n team-b -o json
     """
     opts = GlobalOptions.of(ctx)
+    if len(words) == 2 and words[0].lower() in QUEUED_KINDS:
+        explain_queued(opts, *words)
+        return
+    if len(words) != 1:
+        raise UsageError(f"explain takes RUN, or workload NAME, or kaiwojob NAME; got {' '.join(words)!r}")
+    run_name = words[0]
     fmt = opts.output_format(OBJECT_FORMATS)
     opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
     snapshot = opts.load(None)
@@ -44,3 +61,27 @@ def explain(ctx: click.Context, run_name: str) -> None:
         events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
     info = explain_run(snapshot, run, at, events=events)
     opts.print(explain_document(info, fmt), fmt)
+
+
+def explain_queued(opts: GlobalOptions, kind_word: str, name: str) -> None:
+    """``explain workload NAME`` / ``explain kaiwojob NAME`` (called by ``explain`` with two words)."""
+    from ..kueue.explain import NoWorkload, explain_workload, workload_of_kaiwo
+    from ..views.queues import workload_document
+
+    kind = QUEUED_KINDS[kind_word.lower()]
+    fmt = opts.output_format(OBJECT_FORMATS)
+    opts.object_ref(kind_word.lower(), name)
+    snapshot = opts.load(None, queues=True)
+    kaiwo = None
+    if kind == "Workload":
+        workload = opts.find("workload", name, {w.key: w for w in snapshot.queues.workloads})
+    else:
+        objects = snapshot.queues.kaiwo_jobs if kind == "KaiwoJob" else snapshot.queues.kaiwo_services
+        found = opts.find(kind.lower(), name, {o.key: o for o in objects})
+        try:
+            workload = workload_of_kaiwo(snapshot, kind, found.namespace, found.name)
+        except NoWorkload as exc:
+            raise UserError(str(exc)) from None
+        kaiwo = f"{kind} {found.key}"
+    info = explain_workload(snapshot, workload, kaiwo=kaiwo)
+    opts.print(workload_document(info, fmt), fmt)

@@ -102,7 +102,8 @@ class GlobalOptions:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
         return None if self.all_namespaces else self.namespace
 
-    def source(self, namespace: str | None) -> Source:
+    def source(self, namespace: str | None, *, queues: bool = False) -> Source:
+        """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold)."""
         from ..sources import Source
 
         return Source(
@@ -113,6 +114,7 @@ class GlobalOptions:
             namespace=namespace,
             chunk_size=self.chunk_size,
             fallback_namespace=None if self.snapshots else self.object_namespace(),
+            queues=queues,
         )
 
     def timeout_seconds(self) -> float | None:
@@ -128,10 +130,10 @@ class GlobalOptions:
         scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
         return float(match.group(1)) * scale
 
-    def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
+    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False) -> Snapshot:
         from ..sources import load
 
-        snapshot = load(self.source(namespace), stdin)
+        snapshot = load(self.source(namespace, queues=queues), stdin)
         for note in snapshot.notes:
             click.echo(f"note: {note}", err=True)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..kueue.reports import ExplainWorkloadReport, QueuesUsageReport
 from .reports import AuditReport, ExplainReport, PlanReport, UsageReport, Value, VerifyReport
 
 # file stem -> (command, report type)
@@ -24,6 +25,8 @@ SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "plan": ("kubectl runs plan -o json", PlanReport),
     "explain": ("kubectl runs explain -o json", ExplainReport),
     "seeds-verify": ("kubectl runs seeds verify -o json", VerifyReport),
+    "queues-usage": ("kubectl runs queues usage -o json", QueuesUsageReport),
+    "explain-workload": ("kubectl runs explain workload|kaiwojob NAME -o json", ExplainWorkloadReport),
 }
 
 DIRECTORY = Path(__file__).resolve().parents[2] / "docs" / "schemas"

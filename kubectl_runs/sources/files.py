@@ -25,7 +25,17 @@ import msgspec
 import yaml
 
 from ..errors import UserError
-from ..model import INT64_MAX, KIND_API_VERSIONS, KINDS, SNAPSHOT_TIME_ANNOTATION, AnyObject, Snapshot
+from ..kueue.model import QUEUE_KINDS, QueueObjects
+from ..model import (
+    CLUSTER_SCOPED,
+    INT64_MAX,
+    KIND_API_VERSIONS,
+    KINDS,
+    SNAPSHOT_KINDS,
+    SNAPSHOT_TIME_ANNOTATION,
+    AnyObject,
+    Snapshot,
+)
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 from .strict_yaml import StrictLoader
 
@@ -75,7 +85,7 @@ _TYPED_LIST = msgspec.json.Decoder(_TypedList)
 _PEEK = msgspec.json.Decoder(_Peek)
 _RAW_LIST = msgspec.json.Decoder(_RawList)
 _RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in SNAPSHOT_KINDS.items()}
 _PATH_IN_ERROR = re.compile(r" - at `\$(?:\.)?(.*)`$")
 
 
@@ -106,9 +116,9 @@ def gc_paused() -> Iterator[None]:
 
 _NAME = operator.attrgetter("metadata.name")
 _NAMESPACE = operator.attrgetter("metadata.namespace")
-_KEYS: dict[str, Callable[[Any], Any]] = {kind: operator.attrgetter("metadata.namespace", "metadata.name")
-                                          for kind in KINDS}
-_KEYS["Node"] = _NAME  # cluster-scoped
+_KEYS: dict[str, Callable[[Any], Any]] = {kind: _NAME if kind in CLUSTER_SCOPED  # cluster-scoped: by name
+                                          else operator.attrgetter("metadata.namespace", "metadata.name")
+                                          for kind in SNAPSHOT_KINDS}
 
 
 def _increasing(values: list[Any]) -> bool:
@@ -118,7 +128,7 @@ def _increasing(values: list[Any]) -> bool:
 def _in_order(kind: str, objects: list[Any]) -> bool:
     """Strictly increasing by (namespace, name): sorted, one copy of each. Checked a namespace at a time,
     which makes no key tuples (twice as fast as comparing them on 200,000 leases)."""
-    if kind == "Node":
+    if kind in CLUSTER_SCOPED:
         return _increasing(list(map(_NAME, objects)))
     namespaces = []
     for namespace, group in itertools.groupby(objects, key=_NAMESPACE):
@@ -138,8 +148,8 @@ class _Collector:
 
     def __init__(self, strict: bool = False) -> None:
         self.strict = strict
-        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in KINDS}  # in the order they came
-        self.origins: dict[str, tuple[list[int], list[str]]] = {kind: ([], []) for kind in KINDS}  # (ends, where)
+        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in SNAPSHOT_KINDS}  # in the order they came
+        self.origins: dict[str, tuple[list[int], list[str]]] = {kind: ([], []) for kind in SNAPSHOT_KINDS}
         self.stamps: list[datetime] = []
         self.notes: list[str] = []
         self.skipped: dict[str, dict[str, int]] = {}  # kind -> file -> objects of that kind ignored
@@ -187,7 +197,7 @@ class _Collector:
                 continue
             pair = (self.where(kind, earlier), self.where(kind, index))
             if objects[earlier] != objects[index]:
-                name = key if kind == "Node" else "/".join(key)
+                name = key if kind in CLUSTER_SCOPED else "/".join(key)
                 also = f"is also in {pair[0]}" if pair[0] != pair[1] else "is given twice in this file"
                 raise SnapshotError(
                     f"{pair[1]}: {kind} {name} {also} with different content: a snapshot holds one copy of each "
@@ -205,7 +215,7 @@ class _Collector:
                 f"ignored {count} object(s) of kind {kind} in {shown}: kubectl-runs reads {', '.join(KINDS)}"
             )
         copies: dict[tuple[str, str], int] = {}
-        by_kind = {kind: self.ordered(kind, copies) for kind in KINDS}
+        by_kind = {kind: self.ordered(kind, copies) for kind in SNAPSHOT_KINDS}
         for (first, second), count in copies.items():
             where = f"in {first} and {second}" if first != second else f"in {first}"
             self.notes.append(f"{count} object(s) given more than once {where} with the same content: read once")
@@ -217,6 +227,7 @@ class _Collector:
             leases=by_kind["GPULease"],
             taken_at=max(self.stamps) if self.stamps else None,
             notes=tuple(self.notes),
+            queues=QueueObjects.of({kind: by_kind[kind] for kind in QUEUE_KINDS}),
         )
 
 
@@ -381,7 +392,7 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
         for index, item in enumerate(items):
             _collect_dict(name, item, collector, f"items[{index}]")
         return
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    cls = SNAPSHOT_KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         collector.skip(kind if isinstance(kind, str) else "", name)
         return
@@ -401,8 +412,8 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
 def _describe(kind: str, meta: _PeekMeta) -> str:
     if not meta.name:
         return f"{kind} <unnamed>"
-    if kind == "Node":
-        return f"Node {meta.name}"
+    if kind in CLUSTER_SCOPED:
+        return f"{kind} {meta.name}"
     return f"{kind} {meta.namespace or 'default'}/{meta.name}"
 
 

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "schemas"
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
-REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot")
+REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot",
+           "queues-usage", "explain-workload")  # the last two: tests/unit/test_kueue_explain.py
 
 
 @cache

@@ -366,7 +366,7 @@ def load_cluster(source: Source) -> Snapshot:
                     page = decoder.decode(body)
                 except msgspec.ValidationError as exc:
                     raise ClusterError(f"{resource.qualified} from {cluster.server}: {exc}") from None
-                collector.add_many(resource.kind, page.items)
+                collector.add_many(resource.kind, page.items, cluster.server)
         return collector.snapshot()
 
 

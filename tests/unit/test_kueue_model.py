@@ -107,13 +107,23 @@ def test_a_bad_field_names_file_object_and_path(tmp_path):
     assert str(caught.value) == f"{cluster_scoped}: ClusterQueue cq: spec.resourceGroups: expected array, got str"
 
 
-def test_later_copy_of_a_cluster_scoped_object_wins(tmp_path):
+def test_two_different_copies_of_a_cluster_scoped_object_are_refused(tmp_path):
+    """Issue 11's rule for every kind a snapshot holds: identical copies are read once, differing copies are
+    refused naming both files (a snapshot holds what the API server would store: one copy)."""
+    from kubectl_runs.sources.files import SnapshotError
+
     first = {"kind": "ResourceFlavor", "metadata": {"name": "h100"}, "spec": {"nodeLabels": {"a": "1"}}}
     second = {"kind": "ResourceFlavor", "metadata": {"name": "h100"}, "spec": {"nodeLabels": {"a": "2"}}}
     (tmp_path / "1.json").write_text(json.dumps(first))
     (tmp_path / "2.json").write_text(json.dumps(second))
+    with pytest.raises(SnapshotError) as caught:
+        load_snapshot([str(tmp_path)])
+    assert caught.value.message == (
+        f"{tmp_path / '2.json'}: ResourceFlavor h100 is also in {tmp_path / '1.json'} with different content: a "
+        "snapshot holds one copy of each object (remove the copy that is wrong)")
+    (tmp_path / "2.json").write_text(json.dumps(first))
     flavors = load_snapshot([str(tmp_path)]).queues.flavors
-    assert [f.spec.node_labels for f in flavors] == [{"a": "2"}]
+    assert [f.spec.node_labels for f in flavors] == [{"a": "1"}]
 
 
 @pytest.mark.parametrize(

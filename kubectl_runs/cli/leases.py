@@ -35,10 +35,13 @@ def leases() -> None:
               help="Break GPU-hours down by owner (default), envelope, flavor, run or node; repeat the flag "
               "for a two-level breakdown (--by owner --by flavor).")
 @click.option("--strict", is_flag=True, help="Exit with code 3 when there is any finding.")
+@click.option("--archive", "archives", multiple=True, metavar="DIR",
+              help="Also audit the leases of this lease archive (leases archive --to DIR); repeatable. A lease "
+              "both live and archived counts once.")
 @global_options
 @click.pass_context
 def audit_command(ctx: click.Context, since: str | None, until: str | None, by: tuple[str, ...],
-                  strict: bool) -> int:
+                  strict: bool, archives: tuple[str, ...]) -> int:
     """Who used which GPUs over a window, and was the ledger honest.
 
     GPU-hours, leases and the peak of GPUs held at one instant, per key, over [--since, --until); and the
@@ -51,6 +54,7 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
       kubectl runs leases audit --since 7d --by envelope --by flavor -o wide
       kubectl runs leases audit --since 2025-11-01 --until 2025-12-01 --by run -o csv > november.csv
       kubectl runs leases audit --strict                          # exit code 3 on any finding
+      kubectl runs leases audit --archive /data/lease-archive --since 2025-01-01 --until 2026-01-01
     """
     opts = GlobalOptions.of(ctx)
     fmt = opts.output_format(REPORT_FORMATS)
@@ -58,6 +62,11 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
     if len(set(dimensions)) != len(dimensions):
         raise UsageError(f"--by: each dimension at most once (got {', '.join(dimensions)})")
     namespace = opts.report_namespace()
+    opened = []
+    if archives:  # checked before anything is read: a damaged archive fails with nothing counted
+        from ..archive import reader
+
+        opened = [reader.open_archive(directory) for directory in archives]
     # Read every namespace and narrow the report afterwards: an envelope in another namespace (a lender) is then
     # still known to the ledger, live as from a snapshot.
     snapshot = opts.load(None)
@@ -73,6 +82,8 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
     paused = gc.isenabled()
     gc.disable()
     try:
+        if opened:
+            snapshot = reader.with_archived(snapshot, opened, start, min(end, at))
         report = audit(snapshot, at, since=start, until=end, by=dimensions, namespace=namespace)
     finally:
         if paused:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import click
 
@@ -12,6 +13,7 @@ from ..engine.audit import DIMENSIONS, audit
 from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS
 from ..timeutil import parse_time, rfc3339
+from ..views.archive import archive_document, verify_document
 from ..views.audit import audit_document
 from .options import GlobalOptions, global_options
 
@@ -86,3 +88,68 @@ def _time(text: str, at: datetime, flag: str) -> datetime:
         return parse_time(text, now=at, flag=flag)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+@leases.command("archive")
+@click.option("--to", "to", metavar="DIR",
+              help="Write the closed leases into the archive at DIR (created when missing): Parquet files by month "
+              "of start, with a manifest. Leases already there are not written again.")
+@click.option("--before", metavar="TIME",
+              help="Only leases that ended before TIME: RFC 3339, a date, or a duration back from --at (30d).")
+@click.option("--verify", "verify", metavar="DIR",
+              help="Check the archive at DIR: every file the manifest lists, its size, checksum, schema version, "
+              "row count and time range. Exit code 1 when anything differs.")
+@global_options
+@click.pass_context
+def archive_command(ctx: click.Context, to: str | None, before: str | None, verify: str | None) -> int:
+    """Keep closed leases in a columnar archive (Parquet) that audits read with --archive.
+
+    Reads leases from the cluster or --snapshot; only closed leases are archived, each once (keyed by
+    namespace, name and uid). A run that is killed leaves the archive as it was. See docs/archive.md.
+
+    \b
+    Examples:
+      kubectl runs leases archive --to /data/lease-archive
+      kubectl runs leases archive --to /data/lease-archive --before 30d --snapshot fleet.json
+      kubectl runs leases archive --verify /data/lease-archive
+      kubectl runs leases audit --archive /data/lease-archive --since 2025-01-01 --until 2026-01-01
+    """
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(REPORT_FORMATS)
+    if (to is None) == (verify is None):
+        raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
+    if verify is not None:
+        if before is not None:
+            raise UsageError("--before goes with --to, not --verify")
+        return _verify(opts, verify, fmt)
+    from ..archive import store, summary
+
+    snapshot = opts.load(opts.report_namespace())
+    at = opts.evaluation_time(snapshot)
+    limit = _time(before, at, "--before") if before else None
+    gpus: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if not node.out_of_service and node.gpus:
+            flavor = node.flavor or ""
+            gpus[flavor] = gpus.get(flavor, 0) + node.gpus
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        result = store.archive(Path(to), snapshot.leases, archived_at=at, before=limit, gpus=gpus)
+    finally:
+        if paused:
+            gc.enable()
+    opts.print(archive_document(summary.archive_report(result)), fmt)
+    return int(ExitCode.OK)
+
+
+def _verify(opts: GlobalOptions, directory: str, fmt: str) -> int:
+    from ..archive import reader, summary
+
+    report = summary.verify_report(reader.verify(directory))
+    opts.print(verify_document(report), fmt)
+    if report.problems:
+        more = len(report.problems) - 1
+        click.echo(f"error: {report.problems[0]}" + (f" (and {more} more problems)" if more else ""), err=True)
+        return int(ExitCode.FAILED)
+    return int(ExitCode.OK)

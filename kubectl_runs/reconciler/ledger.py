@@ -22,7 +22,8 @@ One pass, in this order, each step seeing the writes of the steps before it (``a
    follows ``engine/packing`` (a group and its spares inside one fabric domain; without cross-group spread all
    groups in one domain), payers from the funding walk (``engine/funding``). An elastic Run starts at its start
    width and, when more fits, grows toward ``desiredTotalGPUs`` in the same pass (reason ``Grow``): all the way
-   when its plan for that width has no deficit, else by as many whole ``stepGPUs`` as can be placed and funded.
+   when its plan for that width has no deficit and its groups place, else by as many whole ``stepGPUs`` as can
+   be placed and funded.
 5. **Reserve**: a Run that still cannot start gets one Reservation (``<run>-r<n>``), unless one is Pending; a
    Pending Reservation whose Run has started, finished or is gone is Released. A Reservation never falls due
    in the pass that made it (``settle_delay``), so applying a pass's writes and planning again at the same
@@ -406,8 +407,11 @@ class _Pass:
             # It holds part of a group, or fewer groups than its start width (a pass cut short, a group lost):
             # the plan counts whole groups only, so whether the rest fits is the placement's to say.
             widths.append(unfinished)
-        elif plan.growing and plan.deficit > 0:
-            # Not all the way to desiredTotalGPUs: as many whole steps as fit, largest first.
+        elif plan.growing:
+            # Not all the way to desiredTotalGPUs: as many whole steps as fit, largest first. Also when the plan
+            # has no deficit: the plan counts capacity in any domain, but groups kept in one domain
+            # (allowCrossGroupSpread: false) must grow where the run already is, so the full width may not place
+            # now and fit one pass later, once other runs' leases changed the plan (the pass would not converge).
             malleable = run.spec.malleable
             held_gpus = held.total_active
             widths += [w for w in range(malleable.min_total_gpus, plan.planned_width, malleable.step_gpus)

@@ -22,7 +22,8 @@ SCHEMAS = ROOT / "docs" / "schemas"
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot",
-           "queues-usage", "explain-workload")  # the last two: tests/unit/test_kueue_explain.py
+           "queues-usage", "explain-workload",  # these two: tests/unit/test_kueue_explain.py
+           "leases-archive", "leases-archive-verify")  # these two: tests/unit/test_cli_archive.py
 
 
 @cache

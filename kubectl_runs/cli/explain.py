@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import click
 
 from ..engine.explain import explain_run
-from ..render import OBJECT_FORMATS
 from ..views.explain import explain_document
 from .completion import complete_runs
-from .options import GlobalOptions, global_options
+from .options import Command, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 
 @click.command("explain")
 @click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def explain(ctx: click.Context, run_name: str) -> None:
+def explain(ctx: click.Context, run_name: str) -> int:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
     borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
     leases, and its preemption history — each preempting reservation with its seed, checked as
@@ -30,17 +36,24 @@ def explain(ctx: click.Context, run_name: str) -> None:
       kubectl runs explain lab-scratch-8 -n shared-lab -o yaml
       kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(OBJECT_FORMATS)
-    opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
-    snapshot = opts.load(None)
-    run = opts.find("run", run_name, snapshot.runs_by_key)
-    namespace = run.metadata.namespace
-    at = opts.evaluation_time(snapshot)
-    events = None
-    if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
-        from ..sources.cluster import recent_events
+    return ExplainOptions(run_name).run(ctx)
 
-        events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
-    info = explain_run(snapshot, run, at, events=events)
-    opts.print(explain_document(info, fmt), fmt)
+
+@dataclass
+class ExplainOptions(Command):
+    run_name: str
+
+    def validate(self) -> None:
+        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        opts = self.opts
+        run = opts.find("run", self.run_name, snapshot.runs_by_key)
+        namespace = run.metadata.namespace
+        at = opts.evaluation_time(snapshot)
+        events = None
+        if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
+            from ..sources.cluster import recent_events
+
+            events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
+        return explain_document(explain_run(snapshot, run, at, events=events), self.fmt)

@@ -4,7 +4,9 @@ findings that say whether the ledger was honest (API.md §5)."""
 from __future__ import annotations
 
 import gc
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,7 +15,11 @@ from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS
 from ..timeutil import parse_time, rfc3339
 from ..views.audit import audit_document
-from .options import GlobalOptions, global_options
+from .options import Command, GlobalOptions, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 DEFAULT_SPAN = timedelta(days=30)
 
@@ -50,35 +56,50 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
       kubectl runs leases audit --since 2025-11-01 --until 2025-12-01 --by run -o csv > november.csv
       kubectl runs leases audit --strict                          # exit code 3 on any finding
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(REPORT_FORMATS)
-    dimensions = by or ("owner",)
-    if len(set(dimensions)) != len(dimensions):
-        raise UsageError(f"--by: each dimension at most once (got {', '.join(dimensions)})")
-    namespace = opts.report_namespace()
-    # Read every namespace and narrow the report afterwards: an envelope in another namespace (a lender) is then
-    # still known to the ledger, live as from a snapshot.
-    snapshot = opts.load(None)
-    at = opts.evaluation_time(snapshot)
-    end = _time(until, at, "--until") if until else at
-    start = _time(since, at, "--since") if since else end - DEFAULT_SPAN
-    if start >= end:
-        raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
-    # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a month
-    # of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a fifth of the
-    # engine's time on the 1M-lease history). The command pauses it while the report is built; the pure engine
-    # leaves the process's GC alone.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        report = audit(snapshot, at, since=start, until=end, by=dimensions, namespace=namespace)
-    finally:
-        if paused:
-            gc.enable()
-    opts.print(audit_document(report, namespace), fmt)
-    if strict and report.findings:
-        return int(ExitCode.FINDINGS)
-    return int(ExitCode.OK)
+    return AuditOptions(since=since, until=until, by=by or ("owner",), strict=strict).run(ctx)
+
+
+@dataclass
+class AuditOptions(Command):
+    since: str | None = None
+    until: str | None = None
+    by: tuple[str, ...] = ("owner",)
+    strict: bool = False
+    formats = REPORT_FORMATS
+    findings: int = 0
+
+    def complete(self, opts: GlobalOptions) -> None:
+        super().complete(opts)
+        # Every namespace is read and the report narrowed afterwards: an envelope in another namespace (a
+        # lender) is then still known to the ledger, live as from a snapshot.
+        self.namespace = opts.report_namespace()
+
+    def validate(self) -> None:
+        if len(set(self.by)) != len(self.by):
+            raise UsageError(f"--by: each dimension at most once (got {', '.join(self.by)})")
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        at = self.opts.evaluation_time(snapshot)
+        end = _time(self.until, at, "--until") if self.until else at
+        start = _time(self.since, at, "--since") if self.since else end - DEFAULT_SPAN
+        if start >= end:
+            raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
+        # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a
+        # month of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a
+        # fifth of the engine's time on the 1M-lease history). The command pauses it while the report is built;
+        # the pure engine leaves the process's GC alone.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            report = audit(snapshot, at, since=start, until=end, by=self.by, namespace=self.namespace)
+        finally:
+            if paused:
+                gc.enable()
+        self.findings = len(report.findings)
+        return audit_document(report, self.namespace)
+
+    def exit_code(self) -> int:
+        return int(ExitCode.FINDINGS) if self.strict and self.findings else int(ExitCode.OK)
 
 
 def _time(text: str, at: datetime, flag: str) -> datetime:

@@ -345,8 +345,21 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(report) + "\n"
     print(text)
     if args.write:
-        Path(args.write).write_text(text)
+        Path(args.write).write_text(text + kept_sections(Path(args.write)))
     return 1 if any("error" in r for r in results) else 0
+
+
+KEEP_MARK = "<!-- sections below are written by hand from other benchmarks; bench.run keeps them -->"
+
+
+def kept_sections(path: Path) -> str:
+    """What follows KEEP_MARK in the existing report (e.g. bench_reconcile's section), to append again."""
+    try:
+        old = path.read_text()
+    except OSError:
+        return ""
+    at = old.find(KEEP_MARK)
+    return "" if at < 0 else "\n" + old[at:]
 
 
 if __name__ == "__main__":

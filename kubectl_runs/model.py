@@ -11,12 +11,16 @@ not track millions of them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
 import msgspec
+
+from .kueue.model import QUEUE_CLUSTER_SCOPED, QUEUE_KINDS, QueueObjects
 
 GROUP = "jobtree.dev"
 VERSION = "v1alpha1"
@@ -38,8 +42,12 @@ class Record(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defau
 
 
 Time = Annotated[datetime, msgspec.Meta(tz=True)]
-Positive = Annotated[int, msgspec.Meta(gt=0)]
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+# Every integer field is an int64, as in the CRDs' OpenAPI schemas (format: int64) and the API server's JSON:
+# 1e30 or 2**63 is refused with the field named, not carried into the arithmetic.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+Positive = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 OwnerPath = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -48,7 +56,7 @@ class ObjectMeta(Record):
     name: str
     namespace: str = "default"
     uid: str = ""
-    generation: int = 0
+    generation: Int64 = 0
     resource_version: str = ""
     creation_timestamp: Time | None = None
     deletion_timestamp: Time | None = None
@@ -113,7 +121,13 @@ class NodeSpec(Record):
 
 
 class NodeStatus(Record):
-    allocatable: dict[str, str | int] = {}
+    allocatable: dict[str, str | Int64] = {}
+
+    def __post_init__(self) -> None:
+        for resource in GPU_RESOURCES:
+            value = self.allocatable.get(resource)
+            if value is not None:
+                gpu_count(value, resource)  # raises ValueError naming the resource and the value
 
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
@@ -123,6 +137,7 @@ class Node(Record, tag_field="kind", tag="Node"):
     metadata: ClusterObjectMeta
     spec: NodeSpec = NodeSpec()
     status: NodeStatus = NodeStatus()
+    api_version: Literal["v1"] = "v1"  # any other is refused; absent (list items) is v1
 
     @property
     def name(self) -> str:
@@ -143,7 +158,7 @@ class Node(Record, tag_field="kind", tag="Node"):
         for resource in GPU_RESOURCES:
             value = self.status.allocatable.get(resource)
             if value is not None:
-                total += _quantity(value)
+                total += gpu_count(value, resource)
         return total
 
     @property
@@ -163,14 +178,46 @@ class Node(Record, tag_field="kind", tag="Node"):
         return tuple(f"{self.name}#{i}" for i in range(self.gpus))
 
 
-def _quantity(value: str | int) -> int:
-    """A GPU count quantity (``"8"``); extended resources are whole numbers."""
+_QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|m|k|M|G|T|P|E|)$")
+# A node's slots are made one string per GPU: a count past this is a typo or an attack, not a node.
+MAX_NODE_GPUS = 65_536
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: str) -> Fraction | None:
+    """A Kubernetes resource quantity (``8``, ``8k``, ``1Ki``, ``8e0``, ``500m``, ``1.5``) as an exact fraction,
+    None when it is not one (apimachinery's resource.Quantity grammar)."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        return None
+    sign, number, suffix = match.groups()
+    value = Fraction(number)
+    if suffix in _BINARY:
+        value *= _BINARY[suffix]
+    else:
+        exponent = int(suffix[1:]) if suffix[:1] in ("e", "E") and len(suffix) > 1 else _DECIMAL[suffix]
+        if value and abs(exponent) > 40:  # beyond any count (and 10**huge would take forever to compute)
+            return None
+        value *= Fraction(10) ** exponent
+    return -value if sign == "-" else value
+
+
+def gpu_count(value: str | int, resource: str = "nvidia.com/gpu") -> int:
+    """The GPUs a node's allocatable quantity stands for: a whole non-negative number (an extended resource
+    cannot be fractional). ``"8"`` is by far the common case, and is read without the quantity grammar."""
     if isinstance(value, int):
-        return value
-    try:
+        quantity: Fraction | int | None = value
+    elif value.isdigit() and value.isascii() and len(value) < 5:  # "8": below the cap, no grammar needed
         return int(value)
-    except ValueError:
-        return 0
+    else:
+        quantity = parse_quantity(value)
+    if quantity is None or quantity < 0 or quantity != int(quantity):
+        raise ValueError(f"allocatable {resource}: {value!r} is not a whole non-negative number of GPUs")
+    if quantity > MAX_NODE_GPUS:
+        raise ValueError(f"allocatable {resource}: {value!r} is {int(quantity):,} GPUs, more than one node can hold "
+                         f"(kubectl-runs reads at most {MAX_NODE_GPUS:,})")
+    return int(quantity)
 
 
 # --- Budget -------------------------------------------------------------------------------------------------
@@ -236,6 +283,7 @@ class BudgetSpec(Record):
 
 class Budget(Namespaced, tag_field="kind", tag="Budget"):
     spec: BudgetSpec
+    api_version: Literal["jobtree.dev/v1alpha1"] = "jobtree.dev/v1alpha1"  # any other is refused
 
 
 # --- Run ----------------------------------------------------------------------------------------------------
@@ -281,7 +329,7 @@ class PreemptionRecord(Record):
     reservation: str
     seed: str = ""
     at: Time | None = None
-    gpus: int = 0
+    gpus: Int64 = 0
 
 
 RunPhase = Literal["Pending", "Reserved", "Running", "Succeeded", "Failed"]
@@ -299,6 +347,7 @@ class RunStatus(Record):
 class Run(Namespaced, tag_field="kind", tag="Run"):
     spec: RunSpec
     status: RunStatus = RunStatus()
+    api_version: Literal["jobtree.dev/v1alpha1"] = "jobtree.dev/v1alpha1"
 
     @property
     def finished(self) -> bool:
@@ -327,28 +376,28 @@ class ReservationSpec(Record):
 
 class ConflictEntry(Record):
     run: str
-    group: int
+    group: Int64
     owner: str = ""
     class_: str = msgspec.field(default="", name="class")
-    gpus: int = 0
+    gpus: Int64 = 0
     ticket: str = ""
 
 
 class Action(Record):
     kind: str
     run: str = ""
-    group: int | None = None
+    group: Int64 | None = None
     lease: str = ""
-    gpus: int = 0
+    gpus: Int64 = 0
 
 
 class Activation(Record):
     at: Time | None = None
     seed: str = ""
-    deficit_gpus: int = 0
+    deficit_gpus: Int64 = 0
     conflict_set: tuple[ConflictEntry, ...] = ()
     actions: tuple[Action, ...] = ()
-    freed_gpus: int = 0
+    freed_gpus: Int64 = 0
 
 
 ReservationState = Literal["Pending", "Activated", "Released", "Failed"]
@@ -363,6 +412,7 @@ class ReservationStatus(Record):
 class Reservation(Namespaced, tag_field="kind", tag="Reservation"):
     spec: ReservationSpec
     status: ReservationStatus = ReservationStatus()
+    api_version: Literal["jobtree.dev/v1alpha1"] = "jobtree.dev/v1alpha1"
 
 
 # --- GPULease ------------------------------------------------------------------------------------------------
@@ -410,6 +460,7 @@ class GPULeaseStatus(Record):
 class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
     spec: GPULeaseSpec
     status: GPULeaseStatus = GPULeaseStatus()
+    api_version: Literal["jobtree.dev/v1alpha1"] = "jobtree.dev/v1alpha1"
 
     @property
     def gpus(self) -> int:
@@ -445,7 +496,11 @@ class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
 
 
 KINDS = {"Node": Node, "Budget": Budget, "Run": Run, "Reservation": Reservation, "GPULease": GPULease}
-AnyObject = Node | Budget | Run | Reservation | GPULease
+KIND_API_VERSIONS = {"Node": "v1", **dict.fromkeys(("Budget", "Run", "Reservation", "GPULease"), API_VERSION)}
+# What a snapshot may hold: ours, and the Kueue/Kaiwo objects the queue reports read (kubectl_runs.kueue).
+SNAPSHOT_KINDS = {**KINDS, **QUEUE_KINDS}
+AnyObject = Union[(*SNAPSHOT_KINDS.values(),)]  # a union built from the registry
+CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
 
 
 def snapshot_document(items: list[dict], taken_at: str | None) -> dict:
@@ -472,6 +527,7 @@ class Snapshot:
     leases: tuple[GPULease, ...] = ()
     taken_at: datetime | None = None
     notes: tuple[str, ...] = field(default=())
+    queues: QueueObjects = field(default_factory=QueueObjects)  # Kueue and Kaiwo objects (kubectl_runs.kueue): their own model
 
     @cached_property
     def nodes_by_name(self) -> dict[str, Node]:
@@ -524,4 +580,5 @@ class Snapshot:
             leases=tuple(x for x in self.leases if x.metadata.namespace == namespace),
             taken_at=self.taken_at,
             notes=self.notes,
+            queues=self.queues.in_namespace(namespace),
         )

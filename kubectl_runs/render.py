@@ -128,8 +128,30 @@ def table(rows: Sequence[Any], columns: Sequence[Column], *, wide: bool, no_head
         # The header is the first row rather than tabulate's ``headers``, which pads every header by 2 more
         # characters and pushes an ordinary report past 100 columns.
         body.insert(0, [c.header for c in chosen])
+    if _plain_fits(body, aligns):
+        return _plain_table(body, aligns)
     text = tabulate(body, tablefmt="plain", colalign=aligns, disable_numparse=True)
     return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def _plain_fits(body: list[list[str]], aligns: Sequence[str]) -> bool:
+    """The common table: ASCII cells (one character, one column) aligned left or right."""
+    return bool(body) and all(a in ("left", "right") for a in aligns) and all(
+        cell.isascii() for row in body for cell in row) and all(any(c.strip() for c in row) for row in body)
+
+
+def _plain_table(body: list[list[str]], aligns: Sequence[str]) -> str:
+    """What tabulate's "plain" format prints for such a table (cells stripped, padded to the widest, joined by
+    two spaces, lines right-stripped), without its per-cell type detection: a 1,500-row report renders in a
+    fraction of the time (bench/bench_queues.py). tests/unit/test_render.py checks it against tabulate."""
+    rows = [[cell.strip() for cell in row] for row in body]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(aligns))]
+    right = [align == "right" for align in aligns]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(width) if r else cell.ljust(width) for cell, width, r in zip(row, widths, right, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
 
 
 def _wrap_prose(body: list[list[str]], chosen: Sequence[Column], no_headers: bool) -> list[list[str]]:

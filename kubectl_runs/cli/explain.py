@@ -1,4 +1,5 @@
-"""``kubectl runs explain RUN``: everything about one run on one screen (API.md §5)."""
+"""``kubectl runs explain RUN``: everything about one run on one screen (API.md §5); ``explain workload NAME``
+and ``explain kaiwojob NAME``: Kueue's view of one pending workload (views/queues.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..engine.explain import explain_run
+from ..errors import UsageError, UserError
 from ..views.explain import explain_document
 from .completion import complete_runs
 from .options import Command, global_options
@@ -16,12 +18,16 @@ if TYPE_CHECKING:
     from ..model import Snapshot
     from ..render import Document
 
+# `explain workload NAME` / `explain kaiwojob NAME`: Kueue's view (views/queues.py), beside `explain RUN`.
+QUEUED_KINDS = {"workload": "Workload", "workloads": "Workload", "wl": "Workload", "kaiwojob": "KaiwoJob",
+                "kaiwojobs": "KaiwoJob", "kaiwoservice": "KaiwoService", "kaiwoservices": "KaiwoService"}
+
 
 @click.command("explain")
-@click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
+@click.argument("words", metavar="RUN", nargs=-1, required=True, shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def explain(ctx: click.Context, run_name: str) -> int:
+def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
     borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
     leases, and its preemption history — each preempting reservation with its seed, checked as
@@ -30,13 +36,23 @@ def explain(ctx: click.Context, run_name: str) -> int:
     RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
     else default; with -A in every namespace (it must be unique there).
 
+    `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
+    the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
+    its shortfall (own quota, cohort borrowing, nodes), its place in the queue, Kueue's own message and remedies.
+
     \b
     Examples:
       kubectl runs explain pretrain-32 -n rai-sys
       kubectl runs explain lab-scratch-8 -n shared-lab -o yaml
       kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
+      kubectl runs explain workload a-eval-3 -n team-a
+      kubectl runs explain kaiwojob mi-finetune -n team-b -o json
     """
-    return ExplainOptions(run_name).run(ctx)
+    if len(words) == 2 and words[0].lower() in QUEUED_KINDS:
+        return ExplainQueuedOptions(words[0].lower(), words[1]).run(ctx)
+    if len(words) != 1:
+        raise UsageError(f"explain takes RUN, or workload NAME, or kaiwojob NAME; got {' '.join(words)!r}")
+    return ExplainOptions(words[0]).run(ctx)
 
 
 @dataclass
@@ -57,3 +73,33 @@ class ExplainOptions(Command):
 
             events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
         return explain_document(explain_run(snapshot, run, at, events=events), self.fmt)
+
+
+@dataclass
+class ExplainQueuedOptions(Command):
+    """``explain workload NAME`` / ``explain kaiwojob NAME`` / ``explain kaiwoservice NAME``."""
+
+    kind_word: str
+    name: str
+    queues = True
+
+    def validate(self) -> None:
+        self.opts.object_ref(self.kind_word, self.name)
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..kueue.explain import NoWorkload, explain_workload, workload_of_kaiwo
+        from ..views.queues import workload_document
+
+        kind = QUEUED_KINDS[self.kind_word]
+        kaiwo = None
+        if kind == "Workload":
+            workload = self.opts.find("workload", self.name, {w.key: w for w in snapshot.queues.workloads})
+        else:
+            objects = snapshot.queues.kaiwo_jobs if kind == "KaiwoJob" else snapshot.queues.kaiwo_services
+            found = self.opts.find(kind.lower(), self.name, {o.key: o for o in objects})
+            try:
+                workload = workload_of_kaiwo(snapshot, kind, found.namespace, found.name)
+            except NoWorkload as exc:
+                raise UserError(str(exc)) from None
+            kaiwo = f"{kind} {found.key}"
+        return workload_document(explain_workload(snapshot, workload, kaiwo=kaiwo), self.fmt)

@@ -4,9 +4,8 @@ findings that say whether the ledger was honest (API.md §5)."""
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import click
 
@@ -14,12 +13,9 @@ from ..engine.audit import DIMENSIONS, audit
 from ..errors import ExitCode, UsageError, UserError
 from ..render import REPORT_FORMATS
 from ..timeutil import parse_time, rfc3339
+from ..views.archive import archive_document, verify_document
 from ..views.audit import audit_document
-from .options import Command, GlobalOptions, global_options
-
-if TYPE_CHECKING:
-    from ..model import Snapshot
-    from ..render import Document
+from .options import GlobalOptions, global_options
 
 DEFAULT_SPAN = timedelta(days=30)
 
@@ -56,50 +52,35 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
       kubectl runs leases audit --since 2025-11-01 --until 2025-12-01 --by run -o csv > november.csv
       kubectl runs leases audit --strict                          # exit code 3 on any finding
     """
-    return AuditOptions(since=since, until=until, by=by or ("owner",), strict=strict).run(ctx)
-
-
-@dataclass
-class AuditOptions(Command):
-    since: str | None = None
-    until: str | None = None
-    by: tuple[str, ...] = ("owner",)
-    strict: bool = False
-    formats = REPORT_FORMATS
-    findings: int = 0
-
-    def complete(self, opts: GlobalOptions) -> None:
-        super().complete(opts)
-        # Every namespace is read and the report narrowed afterwards: an envelope in another namespace (a
-        # lender) is then still known to the ledger, live as from a snapshot.
-        self.namespace = opts.report_namespace()
-
-    def validate(self) -> None:
-        if len(set(self.by)) != len(self.by):
-            raise UsageError(f"--by: each dimension at most once (got {', '.join(self.by)})")
-
-    def evaluate(self, snapshot: Snapshot) -> Document:
-        at = self.opts.evaluation_time(snapshot)
-        end = _time(self.until, at, "--until") if self.until else at
-        start = _time(self.since, at, "--since") if self.since else end - DEFAULT_SPAN
-        if start >= end:
-            raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
-        # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a
-        # month of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a
-        # fifth of the engine's time on the 1M-lease history). The command pauses it while the report is built;
-        # the pure engine leaves the process's GC alone.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            report = audit(snapshot, at, since=start, until=end, by=self.by, namespace=self.namespace)
-        finally:
-            if paused:
-                gc.enable()
-        self.findings = len(report.findings)
-        return audit_document(report, self.namespace)
-
-    def exit_code(self) -> int:
-        return int(ExitCode.FINDINGS) if self.strict and self.findings else int(ExitCode.OK)
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(REPORT_FORMATS)
+    dimensions = by or ("owner",)
+    if len(set(dimensions)) != len(dimensions):
+        raise UsageError(f"--by: each dimension at most once (got {', '.join(dimensions)})")
+    namespace = opts.report_namespace()
+    # Read every namespace and narrow the report afterwards: an envelope in another namespace (a lender) is then
+    # still known to the ledger, live as from a snapshot.
+    snapshot = opts.load(None)
+    at = opts.evaluation_time(snapshot)
+    end = _time(until, at, "--until") if until else at
+    start = _time(since, at, "--since") if since else end - DEFAULT_SPAN
+    if start >= end:
+        raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
+    # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a month
+    # of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a fifth of the
+    # engine's time on the 1M-lease history). The command pauses it while the report is built; the pure engine
+    # leaves the process's GC alone.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        report = audit(snapshot, at, since=start, until=end, by=dimensions, namespace=namespace)
+    finally:
+        if paused:
+            gc.enable()
+    opts.print(audit_document(report, namespace), fmt)
+    if strict and report.findings:
+        return int(ExitCode.FINDINGS)
+    return int(ExitCode.OK)
 
 
 def _time(text: str, at: datetime, flag: str) -> datetime:
@@ -107,3 +88,68 @@ def _time(text: str, at: datetime, flag: str) -> datetime:
         return parse_time(text, now=at, flag=flag)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+@leases.command("archive")
+@click.option("--to", "to", metavar="DIR",
+              help="Write the closed leases into the archive at DIR (created when missing): Parquet files by month "
+              "of start, with a manifest. Leases already there are not written again.")
+@click.option("--before", metavar="TIME",
+              help="Only leases that ended before TIME: RFC 3339, a date, or a duration back from --at (30d).")
+@click.option("--verify", "verify", metavar="DIR",
+              help="Check the archive at DIR: every file the manifest lists, its size, checksum, schema version, "
+              "row count and time range. Exit code 1 when anything differs.")
+@global_options
+@click.pass_context
+def archive_command(ctx: click.Context, to: str | None, before: str | None, verify: str | None) -> int:
+    """Keep closed leases in a columnar archive (Parquet) that audits read with --archive.
+
+    Reads leases from the cluster or --snapshot; only closed leases are archived, each once (keyed by
+    namespace, name and uid). A run that is killed leaves the archive as it was. See docs/archive.md.
+
+    \b
+    Examples:
+      kubectl runs leases archive --to /data/lease-archive
+      kubectl runs leases archive --to /data/lease-archive --before 30d --snapshot fleet.json
+      kubectl runs leases archive --verify /data/lease-archive
+      kubectl runs leases audit --archive /data/lease-archive --since 2025-01-01 --until 2026-01-01
+    """
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(REPORT_FORMATS)
+    if (to is None) == (verify is None):
+        raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
+    if verify is not None:
+        if before is not None:
+            raise UsageError("--before goes with --to, not --verify")
+        return _verify(opts, verify, fmt)
+    from ..archive import store, summary
+
+    snapshot = opts.load(opts.report_namespace())
+    at = opts.evaluation_time(snapshot)
+    limit = _time(before, at, "--before") if before else None
+    gpus: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if not node.out_of_service and node.gpus:
+            flavor = node.flavor or ""
+            gpus[flavor] = gpus.get(flavor, 0) + node.gpus
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        result = store.archive(Path(to), snapshot.leases, archived_at=at, before=limit, gpus=gpus)
+    finally:
+        if paused:
+            gc.enable()
+    opts.print(archive_document(summary.archive_report(result)), fmt)
+    return int(ExitCode.OK)
+
+
+def _verify(opts: GlobalOptions, directory: str, fmt: str) -> int:
+    from ..archive import reader, summary
+
+    report = summary.verify_report(reader.verify(directory))
+    opts.print(verify_document(report), fmt)
+    if report.problems:
+        more = len(report.problems) - 1
+        click.echo(f"error: {report.problems[0]}" + (f" (and {more} more problems)" if more else ""), err=True)
+        return int(ExitCode.FAILED)
+    return int(ExitCode.OK)

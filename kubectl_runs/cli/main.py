@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "explain": ("kubectl_runs.cli.explain", "explain", "Everything about one run: width, funding, plan, leases, preemptions."),
     "leases": ("kubectl_runs.cli.leases", "leases", "Leases: who used which GPUs, and was the ledger honest."),
     "plan": ("kubectl_runs.cli.plan", "plan", "Why a run is not starting, and what would fix it."),
+    "queues": ("kubectl_runs.cli.queues", "queues", "Kueue: ClusterQueue quota, usage and headroom per flavor."),
     "reconcile": ("kubectl_runs.cli.reconcile", "reconcile", "The companion reconciler: write plans and usage into status."),
     "seeds": ("kubectl_runs.cli.seeds", "seeds", "Preemption seeds: replay and verify recorded lotteries."),
     "snapshot": ("kubectl_runs.cli.snapshot", "snapshot", "Save the objects kubectl-runs reads, for offline use."),

@@ -99,7 +99,8 @@ class GlobalOptions:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
         return None if self.all_namespaces else self.namespace
 
-    def source(self, namespace: str | None) -> Source:
+    def source(self, namespace: str | None, *, queues: bool = False) -> Source:
+        """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold)."""
         from ..sources import Source
 
         return Source(
@@ -110,6 +111,7 @@ class GlobalOptions:
             namespace=namespace,
             chunk_size=self.chunk_size,
             fallback_namespace=None if self.snapshots else self.object_namespace(),
+            queues=queues,
         )
 
     def timeout_seconds(self) -> float | None:
@@ -124,10 +126,10 @@ class GlobalOptions:
             )
         return seconds
 
-    def load(self, namespace: str | None, stdin: Any = None) -> Snapshot:
+    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False) -> Snapshot:
         from ..sources import load
 
-        snapshot = load(self.source(namespace), stdin)
+        snapshot = load(self.source(namespace, queues=queues), stdin)
         for note in snapshot.notes:
             click.echo(f"note: {note}", err=True)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a
@@ -164,6 +166,7 @@ class Command:
     """
 
     formats: tuple[str, ...] = ("table", "wide", "json", "yaml")  # the output formats it can print
+    queues = False  # live: read the Kueue and Kaiwo kinds (and Nodes) too
     opts: GlobalOptions
     fmt: str
 
@@ -183,7 +186,8 @@ class Command:
     def run(self, ctx: click.Context) -> int:
         self.complete(GlobalOptions.of(ctx))
         self.validate()
-        snapshot = self.opts.load(None)  # every namespace: a report narrows its rows, never the arithmetic
+        # every namespace: a report narrows its rows, never the arithmetic
+        snapshot = self.opts.load(None, queues=self.queues)
         self.opts.print(self.evaluate(snapshot), self.fmt)
         return self.exit_code()
 

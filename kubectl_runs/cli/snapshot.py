@@ -8,6 +8,7 @@ import click
 import msgspec
 
 from ..errors import UserError
+from ..kueue.model import QUEUE_API_VERSIONS
 from ..model import API_VERSION, snapshot_document
 from ..render import JSON, YAML, Document
 from ..timeutil import rfc3339
@@ -25,7 +26,9 @@ def snapshot() -> None:
 @global_options
 @click.pass_context
 def save(ctx: click.Context, path: str | None) -> None:
-    """Nodes, Budgets, Runs, Reservations and GPULeases as one JSON List stamped with the time it was taken
+    """Nodes, Budgets, Runs, Reservations and GPULeases (and Kueue's and Kaiwo's objects where their CRDs are
+    installed: ResourceFlavors, ClusterQueues, Cohorts, LocalQueues, Workloads, WorkloadPriorityClasses,
+    KaiwoJobs, KaiwoServices) as one JSON List stamped with the time it was taken
     (annotation jobtree.dev/snapshot-time). Every command reads it back with --snapshot and gives the answer
     it would have given live at that instant.
 
@@ -71,9 +74,11 @@ def _write(document: dict, fmt: str, out) -> None:
 def _normalized(loaded, taken_at: str | None) -> dict:
     """The typed records re-encoded (only the fields kubectl-runs reads survive)."""
     items = []
-    for group in (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases):
+    groups = (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases, *loaded.queues.groups())
+    for group in groups:
         for obj in group:
             item = msgspec.to_builtins(obj)
-            item["apiVersion"] = "v1" if item["kind"] == "Node" else API_VERSION
+            kind = item["kind"]
+            item["apiVersion"] = "v1" if kind == "Node" else QUEUE_API_VERSIONS.get(kind, API_VERSION)
             items.append(item)
     return snapshot_document(items, taken_at)

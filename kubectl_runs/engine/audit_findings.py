@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from itertools import accumulate, compress, count, groupby, islice
+from functools import lru_cache
+from itertools import accumulate, compress, count, groupby, islice, takewhile
 from operator import attrgetter, le, neg
 
 from ..model import GPULease, Snapshot
@@ -26,8 +27,8 @@ NODE_GONE_REASONS = frozenset({"NodeFailure"})
 def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Finding]:
     """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
     node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
-    where one is are searched pair by pair (``_double_booked``), so the findings are those of a search of every
-    node."""
+    where one is are swept for their episodes (``_double_booked``), so the findings are those of a search of
+    every node."""
     out: list[Finding] = []
     if not win.leases:
         return out
@@ -56,7 +57,7 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Fin
                 out.append(_unknown_node(lease, unknown))
     for entries in per_node.values():
         if _node_may_double_book(win, entries, members):
-            out.extend(_double_booked(win, [(frozenset(node_slots), members[i]) for i, node_slots in entries]))
+            out.extend(_double_booked(win, [(node_slots, members[i]) for i, node_slots in entries]))
     return out
 
 
@@ -138,65 +139,135 @@ def _overlaps(win: Window, idx: list[int]) -> bool:
     return not all(map(le, islice(ends, len(ends) - 1), islice(starts, 1, None)))
 
 
-def _double_booked(win: Window, entries: list[tuple[frozenset[str], list[int]]]) -> list[Finding]:
-    """Entries are (slots on this node, leases holding exactly that slot list) for one node."""
-    # Components of slot lists that share a slot: only leases within a component can double-book.
-    parent = list(range(len(entries)))
+def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> list[Finding]:
+    """The double bookings on one node, one finding per conflict: slots whose holders overlap in time are
+    grouped by *episode* — a maximal time interval during which two or more leases hold the slot — and the
+    slots of the node with the same episode (same interval, same leases) make one finding, which counts the
+    leases and names the first few. ``entries`` are (this node's slots of a slot list, the leases holding
+    exactly that list).
 
-    def root(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    if len(entries) > 1:
-        owner_of_slot: dict[str, int] = {}
-        for n, (slots, _idx) in enumerate(entries):
-            for slot in slots:
-                other = owner_of_slot.setdefault(slot, n)
-                if other != n:
-                    parent[root(n)] = root(other)
-    components: dict[int, list[int]] = {}
-    for n in range(len(entries)):
-        components.setdefault(root(n), []).append(n)
-    out: list[Finding] = []
-    for members in components.values():
-        idx = [i for n in members for i in entries[n][1]]
-        if _overlaps(win, idx):
-            out.extend(_pairs(win, [(entries[n][0], entries[n][1]) for n in members]))
-    return out
-
-
-def _pairs(win: Window, entries: list[tuple[frozenset[str], list[int]]]) -> list[Finding]:
-    """The exact double bookings among a few leases: a sweep per slot, one finding per pair of leases."""
-    by_slot: dict[str, list[int]] = {}
-    for slots, idx in entries:
+    The node's leases are sorted by start once; each *atom* (the slots held by exactly the same slot lists)
+    takes its leases from that order with C-level masks, and its episodes come from ``_episodes``: O(n log n)
+    in the leases on the node, whatever the overlap (at most one pass per atom, and a node has no more atoms
+    than GPUs)."""
+    holders: dict[str, list[int]] = {}
+    for n, (slots, _idx) in enumerate(entries):
         for slot in slots:
-            by_slot.setdefault(slot, []).extend(idx)
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
     starts, ends = win.starts, win.ends
-    shared: dict[tuple[int, int], list[str]] = {}
-    for slot, idx in by_slot.items():
-        active: list[int] = []
-        for i in sorted(set(idx), key=lambda i: (starts[i], i)):
-            active = [a for a in active if ends[a] > starts[i]]
-            for a in active:
-                shared.setdefault((a, i), []).append(slot)
-            active.append(i)
-    out = []
-    for (a, b), slots in shared.items():
-        first, second = sorted((win.leases[a], win.leases[b]), key=lambda x: (x.spec.start, x.key))
-        lo = max(starts[a], starts[b])
-        hi = min(ends[a], ends[b])
-        out.append(
-            Finding(
-                fk.DOUBLE_BOOKED,
-                second.key,
-                f"holds {_slot_list(sorted(slots, key=split_slot))} also held by {first.key} from "
-                f"{_iso(lo)} to {_iso(hi)}: one slot is one GPU; close the lease that is not running there",
-                namespace=second.metadata.namespace,
-            )
-        )
+    node_idx = [i for _slots, idx in entries for i in idx]
+    entry_of = [n for n, (_slots, idx) in enumerate(entries) for _ in idx]
+    node_begun = list(map(starts.__getitem__, node_idx))
+    by_start = sorted(range(len(node_idx)), key=node_begun.__getitem__)
+    order = list(map(node_idx.__getitem__, by_start))
+    begun = list(map(node_begun.__getitem__, by_start))
+    done = list(map(ends.__getitem__, order))
+    entry_sorted = list(map(entry_of.__getitem__, by_start))
+    episodes: dict[tuple[float, float, frozenset[int]], tuple[tuple[int, ...], list[str]]] = {}
+    for lists, slots in atoms.items():
+        if len(lists) == len(entries):  # every lease of the node holds these slots
+            found_episodes = _episodes(order, begun, done)
+        else:
+            if len(lists) == 1 and len(entries[lists[0]][1]) < 2:
+                continue
+            mask = list(map(frozenset(lists).__contains__, entry_sorted))
+            found_episodes = _episodes(list(compress(order, mask)), list(compress(begun, mask)),
+                                       list(compress(done, mask)))
+        for lo, hi, involved in found_episodes:
+            key = (lo, hi, frozenset(involved))  # atoms with the same episode are one conflict
+            found = episodes.get(key)
+            if found is None:
+                episodes[key] = (involved, list(slots))
+            else:
+                found[1].extend(slots)
+    return [_double_booked_finding(win, lo, hi, involved, slots)
+            for (lo, hi, _set), (involved, slots) in episodes.items()]
+
+
+def _episodes(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """The maximal intervals during which two or more of these leases (``order``, sorted by start, with their
+    starts ``begun`` and ends ``done``) are held at once — half-open intervals — each with the leases held
+    during it.
+
+    When they are all held at one common instant (the last start comes before the first end: the usual pile-up,
+    however many leases) the answer is one episode, from the second start to the second-latest end, involving
+    all of them — found without a pass in Python. Otherwise the leases are swept once (``_episodes_swept``)."""
+    if len(order) < 2:
+        return []
+    if begun[-1] < min(done):
+        return [(begun[1], sorted(done)[-2], tuple(order))]
+    return _episodes_swept(order, begun, done)
+
+
+def _episodes_swept(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """``_episodes`` for several episodes: one pass in order of start, keeping the lease that is held longest so
+    far (the *holder*); a lease starting before the holder's end is held at once with it until the earlier
+    end, and the leases of a stretch that touches the episode's end so far join it."""
+    out: list[tuple[float, float, tuple[int, ...]]] = []
+    reach = float("-inf")
+    holder = -1
+    lo = hi = 0.0
+    involved: list[int] | None = None
+    holder_in = False  # the holder is already among the involved leases
+    for i, start, end in zip(order, begun, done, strict=True):
+        if start < reach:
+            until = end if end < reach else reach
+            if involved is not None and start <= hi:
+                if until > hi:
+                    hi = until
+                if not holder_in:
+                    involved.append(holder)
+                    holder_in = True
+                involved.append(i)
+            else:
+                if involved is not None:
+                    out.append((lo, hi, tuple(involved)))
+                lo, hi, involved, holder_in = start, until, [holder, i], True
+            if end > reach:
+                reach, holder = end, i
+        else:
+            reach, holder, holder_in = end, i, False
+    if involved is not None:
+        out.append((lo, hi, tuple(involved)))
     return out
+
+
+def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[int, ...], slots: list[str]) -> Finding:
+    """One episode on one node's slots: named after the lease that made the slots double-booked (the second of
+    the leases involved, by start then name), with the count of leases and the first few others named."""
+    ordered = _first_by_start(win, involved, 4)
+    lease = ordered[1]
+    others = [ordered[0], *ordered[2:]]
+    held = _slot_list(sorted(slots, key=split_slot))
+    if len(involved) == 2:
+        detail = (f"holds {held} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+                  "close the lease that is not running there")
+    else:
+        named = [x.key for x in others[:3]]
+        more = len(involved) - 1 - len(named)
+        names = f"{', '.join(named)} and {more} more" if more else f"{', '.join(named[:-1])} and {named[-1]}"
+        detail = (f"holds {held} at once with {len(involved) - 1} other leases from {_iso(lo)} to {_iso(hi)} "
+                  f"({names}): one slot is one GPU; close the leases that are not running there")
+    return Finding(fk.DOUBLE_BOOKED, lease.key, detail, namespace=lease.metadata.namespace)
+
+
+def _first_by_start(win: Window, involved: tuple[int, ...], k: int) -> list[GPULease]:
+    """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
+    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
+    them."""
+    leases, begun = win.leases, win.column("start")
+    by_start = sorted(involved, key=begun.__getitem__)
+    cutoff = begun[by_start[min(k, len(by_start)) - 1]]
+    candidates = list(takewhile(lambda i: begun[i] <= cutoff, by_start))
+    candidates.sort(key=lambda i: (begun[i], leases[i].key))
+    return [leases[i] for i in candidates[:k]]
 
 
 def _slot_list(slots: list[str]) -> str:
@@ -205,7 +276,9 @@ def _slot_list(slots: list[str]) -> str:
     return f"{len(slots)} slots ({slots[0]} … {slots[-1]})"
 
 
+@lru_cache(maxsize=4096)
 def _iso(epoch: float) -> str:
+    """(Cached: the findings of one episode's atoms, and of neighbouring nodes, share their instants.)"""
     return rfc3339(datetime.fromtimestamp(epoch, UTC)) or ""
 
 

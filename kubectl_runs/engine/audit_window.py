@@ -67,6 +67,7 @@ class Window:
 
 
 _GETTERS = {
+    "start": attrgetter("start"),
     "owner": attrgetter("owner"),
     "flavor": attrgetter("flavor"),
     "run_namespace": attrgetter("run_ref.namespace"),

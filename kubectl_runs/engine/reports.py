@@ -177,6 +177,49 @@ class AuditReport(Value):
     findings: list[FindingEntry]
 
 
+# --- leases archive ------------------------------------------------------------------------------------------
+
+
+class ArchivePartition(Value):
+    month: str
+    file: str
+    leases: int
+    bytes: int
+    first_start: str
+    last_ended: str | None
+
+
+class ArchiveReport(Value):
+    """``kubectl runs leases archive --to DIR``: what one archive run added, and the archive after it."""
+
+    archive: str
+    added: int  # closed leases this run wrote
+    already_archived: int  # closed leases the archive held already (never written twice)
+    open: int  # leases left out because they are open
+    ended_after_before: int  # closed leases left out because they ended at or after --before
+    months: list[str]  # the months whose file this run rewrote
+    removed: list[str]  # files of replaced or interrupted runs deleted
+    generation: int
+    leases: int  # leases in the archive
+    first_start: str | None
+    last_ended: str | None
+    partitions: list[ArchivePartition]
+
+
+class ArchiveVerifyReport(Value):
+    """``kubectl runs leases archive --verify DIR``: the manifest checked against the files."""
+
+    archive: str
+    verified: bool
+    generation: int
+    leases: int
+    first_start: str | None
+    last_ended: str | None
+    partitions: list[ArchivePartition]
+    problems: list[str]
+    stray: list[str]  # files the manifest does not list (an interrupted run's; the next run deletes them)
+
+
 # --- seeds verify ---------------------------------------------------------------------------------------------
 
 

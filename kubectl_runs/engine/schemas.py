@@ -15,15 +15,29 @@ from pathlib import Path
 
 import msgspec
 
-from .reports import AuditReport, ExplainReport, PlanReport, UsageReport, Value, VerifyReport
+from ..kueue.reports import ExplainWorkloadReport, QueuesUsageReport
+from .reports import (
+    ArchiveReport,
+    ArchiveVerifyReport,
+    AuditReport,
+    ExplainReport,
+    PlanReport,
+    UsageReport,
+    Value,
+    VerifyReport,
+)
 
 # file stem -> (command, report type)
 SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "budgets-usage": ("kubectl runs budgets usage -o json", UsageReport),
     "leases-audit": ("kubectl runs leases audit -o json", AuditReport),
+    "leases-archive": ("kubectl runs leases archive --to DIR -o json", ArchiveReport),
+    "leases-archive-verify": ("kubectl runs leases archive --verify DIR -o json", ArchiveVerifyReport),
     "plan": ("kubectl runs plan -o json", PlanReport),
     "explain": ("kubectl runs explain -o json", ExplainReport),
     "seeds-verify": ("kubectl runs seeds verify -o json", VerifyReport),
+    "queues-usage": ("kubectl runs queues usage -o json", QueuesUsageReport),
+    "explain-workload": ("kubectl runs explain workload|kaiwojob NAME -o json", ExplainWorkloadReport),
 }
 
 DIRECTORY = Path(__file__).resolve().parents[2] / "docs" / "schemas"

@@ -21,7 +21,9 @@ One pass, in this order, each step seeing the writes of the steps before it (``a
    the GPULeases its plan needs, one lease per (group, role, payer): slots from a concrete placement that
    follows ``engine/packing`` (a group and its spares inside one fabric domain; without cross-group spread all
    groups in one domain), payers from the funding walk (``engine/funding``). An elastic Run starts at its start
-   width and, when more fits, grows toward ``desiredTotalGPUs`` in the same pass (reason ``Grow``).
+   width and, when more fits, grows toward ``desiredTotalGPUs`` in the same pass (reason ``Grow``): all the way
+   when its plan for that width has no deficit and its groups place, else by as many whole ``stepGPUs`` as can
+   be placed and funded.
 5. **Reserve**: a Run that still cannot start gets one Reservation (``<run>-r<n>``), unless one is Pending; a
    Pending Reservation whose Run has started, finished or is gone is Released. A Reservation never falls due
    in the pass that made it (``settle_delay``), so applying a pass's writes and planning again at the same
@@ -405,6 +407,15 @@ class _Pass:
             # It holds part of a group, or fewer groups than its start width (a pass cut short, a group lost):
             # the plan counts whole groups only, so whether the rest fits is the placement's to say.
             widths.append(unfinished)
+        elif plan.growing:
+            # Not all the way to desiredTotalGPUs: as many whole steps as fit, largest first. Also when the plan
+            # has no deficit: the plan counts capacity in any domain, but groups kept in one domain
+            # (allowCrossGroupSpread: false) must grow where the run already is, so the full width may not place
+            # now and fit one pass later, once other runs' leases changed the plan (the pass would not converge).
+            malleable = run.spec.malleable
+            held_gpus = held.total_active
+            widths += [w for w in range(malleable.min_total_gpus, plan.planned_width, malleable.step_gpus)
+                       if w > held_gpus][::-1]
         for width in widths:
             minted = _Minting(self, run, plan, book, width).compute()
             if minted is None:

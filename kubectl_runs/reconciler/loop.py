@@ -39,7 +39,9 @@ from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_key
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
-GROUPS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS)
+RUN_RESERVATIONS = "RunReservations"  # (RUN_RESERVATIONS, ns, name): the Reservations of that run
+GROUP_KINDS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS, RUN_RESERVATIONS)
+BATCH_LIMIT = 64  # objects evaluated per batch: a resync of thousands never holds back a change for long
 ALL_KEY: ObjKey = (ALL, "", "")
 WRITERS = 4  # status writes in flight at once (independent objects)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
@@ -136,7 +138,7 @@ def changed_keys(kind: str, old: Entry | None, new: Entry | None) -> set[ObjKey]
     elif kind == "Run":
         for entry in entries:
             keys.add(("Run", entry.namespace, entry.name))
-        keys.add(("RunReservations", (new or old).namespace, (new or old).name))
+        keys.add((RUN_RESERVATIONS, (new or old).namespace, (new or old).name))
         if not _own_echo(old, new):
             keys |= {(RUN_OTHERS, (new or old).key, f) for f in flavors}
     elif kind == "Reservation":
@@ -190,7 +192,7 @@ def expand(keys: Iterable[ObjKey], snapshot: Snapshot, bad: dict[ObjKey, BadObje
         elif kind == RUN_OTHERS:
             if snapshot.leases_by_run.get(a):
                 out |= expand([(FLAVOR, "", b)], snapshot, bad)[0]
-        elif kind == "RunReservations":
+        elif kind == RUN_RESERVATIONS:
             out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
                     if r.spec.run_ref.namespace == a and r.spec.run_ref.name == b}
         else:
@@ -243,7 +245,10 @@ class Reconciler:
     # --- wiring ---------------------------------------------------------------------------------------------
 
     def _on_change(self, kind: str, old: Entry | None, new: Entry | None) -> None:
-        self.queue.add_all(changed_keys(kind, old, new))
+        keys = changed_keys(kind, old, new)
+        # The objects the event names first; the groups (a flavor, a namespace) are expanded into the tail.
+        self.queue.add_all((k for k in keys if k[0] not in GROUP_KINDS), priority=True)
+        self.queue.add_all(k for k in keys if k[0] in GROUP_KINDS)
 
     def start_informers(self, watch: bool) -> None:
         from ..sources.cluster import RESOURCES
@@ -368,9 +373,29 @@ class Reconciler:
         return outcomes
 
     def process(self, keys: list[ObjKey]) -> None:
+        """Evaluate and write the objects of a batch; groups in it (a flavor, a namespace, everything) are
+        expanded from the current snapshot into the queue's tail, minus the objects of this batch."""
         started = time.monotonic()
         at = self.clock()
-        ledger_writes, writes = self.compute(keys, at)
+        groups = [k for k in keys if k[0] in GROUP_KINDS]
+        objects = [k for k in keys if k[0] not in GROUP_KINDS]
+        if groups:
+            snapshot, _stored, bad = self.cache.view()
+            expanded, everything = expand(groups, snapshot, bad)
+            if everything:
+                try:
+                    self.metrics.update_fleet(snapshot, at, None)
+                except Exception as exc:
+                    self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
+            self.queue.add_all(sorted(expanded - set(objects)))
+            if not objects:
+                self._schedule_wake_up(snapshot, at)
+                if self.ledger is not None and self.settings.manage_leases:
+                    objects = []  # the ledger looks at the whole fleet on every batch: run it below
+                else:
+                    self.metrics.set_queue_depth(self.queue.depth())
+                    return
+        ledger_writes, writes = self.compute(objects, at)
         failed: set[ObjKey] = set()
         for outcome in self.apply(ledger_writes, writes, at):
             if outcome.retry:
@@ -453,7 +478,7 @@ class Reconciler:
                         next_resync = time.monotonic() + self.settings.resync_period
                     continue
             wait = max(0.0, min(1.0, next_resync - time.monotonic()))
-            batch = self.queue.get_batch(timeout=wait)
+            batch = self.queue.get_batch(timeout=wait, limit=BATCH_LIMIT)
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + self.settings.resync_period
                 self.resyncs += 1

@@ -2,8 +2,10 @@
 being worked on is not handed out twice (if it changes meanwhile it is queued again for after), and a key whose
 work failed comes back after an exponential backoff (per key, capped).
 
-The reconciler takes work in batches (``get_batch``): every key that is ready at that moment, after a short
-coalescing delay, so a burst of events becomes one evaluation of the fleet."""
+The reconciler takes work in batches (``get_batch``): every key that is ready at that moment (up to a limit),
+after a short coalescing delay, so a burst of events becomes one evaluation. Keys added with ``priority`` (the
+objects an event named) are handed out before the others (the long tail of a resync or of a flavor whose
+capacity changed), and never mixed with them in one batch: a change is written before the tail is worked off."""
 
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ class WorkQueue:
         self._clock = clock
         self._cond = threading.Condition()
         self._queued: dict[Key, None] = {}  # ready keys, in the order they came (a dict: ordered, no copies)
+        self._priority: dict[Key, None] = {}  # ready keys an event named: handed out first
         self._processing: set[Key] = set()
-        self._dirty: set[Key] = set()  # added while processing: queued again by done()
+        self._dirty: dict[Key, bool] = {}  # added while processing (with its priority): queued again by done()
         self._delayed: list[tuple[float, int, Key]] = []  # (due, tiebreak, key)
         self._counter = itertools.count()
         self._failures: dict[Key, int] = {}
@@ -40,19 +43,25 @@ class WorkQueue:
 
     # --- adding ---------------------------------------------------------------------------------------------
 
-    def add(self, key: Key) -> None:
-        self.add_all((key,))
+    def add(self, key: Key, priority: bool = False) -> None:
+        self.add_all((key,), priority)
 
-    def add_all(self, keys: Iterable[Key]) -> None:
+    def add_all(self, keys: Iterable[Key], priority: bool = False) -> None:
         with self._cond:
             if self._shutdown:
                 return
             for key in keys:
-                if key in self._processing:
-                    self._dirty.add(key)
-                else:
-                    self._queued[key] = None
+                self._ready(key, priority)
             self._cond.notify_all()
+
+    def _ready(self, key: Key, priority: bool) -> None:
+        if key in self._processing:
+            self._dirty[key] = priority or self._dirty.get(key, False)
+        elif priority:
+            self._queued.pop(key, None)
+            self._priority[key] = None
+        elif key not in self._priority:
+            self._queued[key] = None
 
     def add_after(self, key: Key, delay: float) -> None:
         if delay <= 0:
@@ -90,10 +99,7 @@ class WorkQueue:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, key = heapq.heappop(self._delayed)
-            if key in self._processing:
-                self._dirty.add(key)
-            else:
-                self._queued[key] = None
+            self._ready(key, False)
         return self._delayed[0][0] - now if self._delayed else None
 
     def get_batch(self, timeout: float | None = None, limit: int | None = None) -> list[Key]:
@@ -106,7 +112,7 @@ class WorkQueue:
                 if self._shutdown:
                     return []
                 next_due = self._promote()
-                if self._queued:
+                if self._queued or self._priority:
                     break
                 now = self._clock()
                 if deadline is not None and now >= deadline:
@@ -116,11 +122,12 @@ class WorkQueue:
             if self.coalesce > 0:
                 self._cond.wait(timeout=self.coalesce)  # let the rest of a burst arrive
                 self._promote()
-            keys = list(self._queued)
+            lane = self._priority if self._priority else self._queued
+            keys = list(lane)
             if limit is not None:
                 keys = keys[:limit]
             for key in keys:
-                del self._queued[key]
+                del lane[key]
             self._processing.update(keys)
             return keys
 
@@ -130,8 +137,7 @@ class WorkQueue:
             for key in keys:
                 self._processing.discard(key)
                 if key in self._dirty:
-                    self._dirty.discard(key)
-                    self._queued[key] = None
+                    self._ready(key, self._dirty.pop(key))
             self._cond.notify_all()
 
     # --- state ----------------------------------------------------------------------------------------------
@@ -139,11 +145,11 @@ class WorkQueue:
     def depth(self) -> int:
         """Keys waiting: ready, delayed and dirty."""
         with self._cond:
-            return len(self._queued) + len(self._delayed) + len(self._dirty)
+            return len(self._queued) + len(self._priority) + len(self._delayed) + len(self._dirty)
 
     def idle(self) -> bool:
         with self._cond:
-            return not self._queued and not self._processing and not self._dirty
+            return not self._queued and not self._priority and not self._processing and not self._dirty
 
     def shutdown(self) -> None:
         with self._cond:

@@ -22,6 +22,7 @@ class Source:
     namespace: str | None = None  # list only this namespace; None = every namespace
     chunk_size: int | None = None  # objects per list page (kubectl's --chunk-size)
     fallback_namespace: str | None = None  # read this namespace alone when listing every namespace is forbidden
+    queues: bool = False  # list Nodes and the Kueue and Kaiwo objects (where their CRDs are installed) instead
 
     @property
     def live(self) -> bool:

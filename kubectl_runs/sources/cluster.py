@@ -20,7 +20,8 @@ from urllib.parse import quote
 import msgspec
 
 from ..errors import UserError
-from ..model import GROUP, KINDS, VERSION, Snapshot, snapshot_document
+from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
+from ..model import GROUP, SNAPSHOT_KINDS, VERSION, Snapshot, snapshot_document
 from . import Source
 from .files import _Collector, gc_paused
 
@@ -65,12 +66,28 @@ RESOURCES = (
     Resource("GPULease", "gpuleases", CRD_API, namespaced=True),
 )
 EVENTS = Resource("Event", "events", "v1", namespaced=True)
+# Kueue and Kaiwo (kubectl_runs.kueue): listed for the queue reports and `snapshot save`. Where a CRD is not
+# installed (404) there are simply no objects of that kind.
+QUEUE_RESOURCES = (
+    Resource("ResourceFlavor", "resourceflavors", KUEUE_V1BETA1, namespaced=False),
+    Resource("ClusterQueue", "clusterqueues", KUEUE_V1BETA1, namespaced=False),
+    Resource("Cohort", "cohorts", KUEUE_V1ALPHA1, namespaced=False),
+    Resource("LocalQueue", "localqueues", KUEUE_V1BETA1, namespaced=True),
+    Resource("Workload", "workloads", KUEUE_V1BETA1, namespaced=True),
+    Resource("WorkloadPriorityClass", "workloadpriorityclasses", KUEUE_V1BETA1, namespaced=False),
+    Resource("KaiwoJob", "kaiwojobs", KAIWO_API, namespaced=True),
+    Resource("KaiwoService", "kaiwoservices", KAIWO_API, namespaced=True),
+)
 
 
 class ClusterError(UserError):
     """The cluster refused or could not answer; the message is one line."""
 
     forbidden = False
+
+
+class NotFound(ClusterError):
+    """404: for a list, the kind's CRD is not installed."""
 
 
 class Forbidden(ClusterError):
@@ -95,7 +112,7 @@ def _items_decoder(kind: str) -> msgspec.json.Decoder:
     """A decoder of one list page into typed records (items of built-in lists carry no ``kind``)."""
     decoder = _ITEM_DECODERS.get(kind)
     if decoder is None:
-        page_type = msgspec.defstruct(f"{kind}Page", [("items", list[KINDS[kind]], [])], frozen=True, gc=False)
+        page_type = msgspec.defstruct(f"{kind}Page", [("items", list[SNAPSHOT_KINDS[kind]], [])], frozen=True, gc=False)
         decoder = _ITEM_DECODERS[kind] = msgspec.json.Decoder(page_type)
     return decoder
 
@@ -184,7 +201,8 @@ class Cluster:
                 f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
                 "kubectl apply -f crds/"
             )
-        return ClusterError(f"the server at {self.server} answered {status} for GET {path}: {message or 'no message'}")
+        error = NotFound if status == 404 else ClusterError
+        return error(f"the server at {self.server} answered {status} for GET {path}: {message or 'no message'}")
 
     def _transport_error(self, exc: Exception) -> ClusterError:
         timed_out = _timeout_of(exc)
@@ -338,15 +356,17 @@ def load_cluster(source: Source) -> Snapshot:
     """Every object the commands read, from the cluster, as a Snapshot."""
     cluster = Cluster(source)
     collector = _Collector()
+    # The queue reports read Nodes and Kueue's/Kaiwo's kinds only: a Kueue cluster needs no jobtree.dev CRDs.
+    resources = (RESOURCES[0], *QUEUE_RESOURCES) if source.queues else RESOURCES
     with gc_paused():
-        for resource in RESOURCES:
+        for resource in resources:
             decoder = _items_decoder(resource.kind)
             for body in _readable_pages(cluster, resource, source, collector.notes):
                 try:
                     page = decoder.decode(body)
                 except msgspec.ValidationError as exc:
                     raise ClusterError(f"{resource.qualified} from {cluster.server}: {exc}") from None
-                collector.add_many(resource.kind, page.items)
+                collector.add_many(resource.kind, page.items, cluster.server)
         return collector.snapshot()
 
 
@@ -357,8 +377,15 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
     items: list[dict] = []
     notes: list[str] = []
     with gc_paused():
-        for resource in RESOURCES:
-            for body in _readable_pages(cluster, resource, source, notes):
+        for resource in RESOURCES + QUEUE_RESOURCES:
+            try:
+                pages = _readable_pages(cluster, resource, source, notes)
+            except Forbidden as refused:  # a user who may not read Kueue's objects still saves ours
+                if resource not in QUEUE_RESOURCES:
+                    raise
+                notes.append(f"{refused.message}; the snapshot holds no {resource.qualified}")
+                continue
+            for body in pages:
                 for item in msgspec.json.decode(body).get("items") or []:
                     item.setdefault("apiVersion", resource.api_version)
                     item.setdefault("kind", resource.kind)
@@ -370,9 +397,14 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
 def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
     """The pages of a list over every namespace; when RBAC refuses the cluster-wide list of a namespaced kind,
     the pages of ``source.fallback_namespace`` instead, with a note saying what could not be read (reports
-    cover the namespaces the user may read). Nodes are cluster-scoped: refusing them stays an error."""
+    cover the namespaces the user may read). Nodes are cluster-scoped: refusing them stays an error. A Kueue or
+    Kaiwo kind whose CRD is not installed has no objects."""
     try:
         return list(cluster.pages(resource, source.namespace))
+    except NotFound:
+        if resource in QUEUE_RESOURCES:
+            return []
+        raise
     except Forbidden as refused:
         fallback = source.fallback_namespace
         if not resource.namespaced or source.namespace is not None or not fallback:

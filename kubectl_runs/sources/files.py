@@ -9,6 +9,7 @@ and objects of kinds we do not read are skipped with a note.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import itertools
 import operator
@@ -24,8 +25,19 @@ import msgspec
 import yaml
 
 from ..errors import UserError
-from ..model import KINDS, SNAPSHOT_TIME_ANNOTATION, AnyObject, Snapshot
+from ..kueue.model import QUEUE_KINDS, QueueObjects
+from ..model import (
+    CLUSTER_SCOPED,
+    INT64_MAX,
+    KIND_API_VERSIONS,
+    KINDS,
+    SNAPSHOT_KINDS,
+    SNAPSHOT_TIME_ANNOTATION,
+    AnyObject,
+    Snapshot,
+)
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
+from .strict_yaml import StrictLoader
 
 SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -46,6 +58,8 @@ class _TypedList(msgspec.Struct, frozen=True, gc=False):
 
     items: list[AnyObject]  # required: a bare object must not pass for an empty List
     metadata: _ListMeta = _ListMeta()
+    kind: str = ""
+    api_version: str = msgspec.field(default="", name="apiVersion")
 
 
 class _PeekMeta(msgspec.Struct, frozen=True, gc=False):
@@ -60,6 +74,7 @@ class _Peek(msgspec.Struct, frozen=True, gc=False):
     kind: str = ""
     metadata: _PeekMeta = _PeekMeta()
     items: list[msgspec.Raw] | None = None
+    api_version: str = msgspec.field(default="", name="apiVersion")
 
 
 class _RawList(msgspec.Struct, frozen=True, gc=False):
@@ -70,7 +85,7 @@ _TYPED_LIST = msgspec.json.Decoder(_TypedList)
 _PEEK = msgspec.json.Decoder(_Peek)
 _RAW_LIST = msgspec.json.Decoder(_RawList)
 _RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in SNAPSHOT_KINDS.items()}
 _PATH_IN_ERROR = re.compile(r" - at `\$(?:\.)?(.*)`$")
 
 
@@ -101,9 +116,9 @@ def gc_paused() -> Iterator[None]:
 
 _NAME = operator.attrgetter("metadata.name")
 _NAMESPACE = operator.attrgetter("metadata.namespace")
-_KEYS: dict[str, Callable[[Any], Any]] = {kind: operator.attrgetter("metadata.namespace", "metadata.name")
-                                          for kind in KINDS}
-_KEYS["Node"] = _NAME  # cluster-scoped
+_KEYS: dict[str, Callable[[Any], Any]] = {kind: _NAME if kind in CLUSTER_SCOPED  # cluster-scoped: by name
+                                          else operator.attrgetter("metadata.namespace", "metadata.name")
+                                          for kind in SNAPSHOT_KINDS}
 
 
 def _increasing(values: list[Any]) -> bool:
@@ -113,7 +128,7 @@ def _increasing(values: list[Any]) -> bool:
 def _in_order(kind: str, objects: list[Any]) -> bool:
     """Strictly increasing by (namespace, name): sorted, one copy of each. Checked a namespace at a time,
     which makes no key tuples (twice as fast as comparing them on 200,000 leases)."""
-    if kind == "Node":
+    if kind in CLUSTER_SCOPED:
         return _increasing(list(map(_NAME, objects)))
     namespaces = []
     for namespace, group in itertools.groupby(objects, key=_NAMESPACE):
@@ -124,16 +139,34 @@ def _in_order(kind: str, objects: list[Any]) -> bool:
 
 
 class _Collector:
-    """Objects from every source; a later copy of the same object replaces an earlier one."""
+    """Objects from every source, with where each came from.
 
-    def __init__(self) -> None:
-        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in KINDS}  # in the order they came
+    Two copies of one object (same kind, namespace and name) are what a snapshot cannot hold: the API server
+    stores one. From files (``strict``), identical copies — the same file given twice, overlapping exports —
+    are read once with a note; copies that differ are refused, naming both files (which one is right is not
+    ours to guess). From the API server (not strict) a later copy replaces an earlier one."""
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.by_kind: dict[str, list[Any]] = {kind: [] for kind in SNAPSHOT_KINDS}  # in the order they came
+        self.origins: dict[str, tuple[list[int], list[str]]] = {kind: ([], []) for kind in SNAPSHOT_KINDS}
         self.stamps: list[datetime] = []
         self.notes: list[str] = []
         self.skipped: dict[str, dict[str, int]] = {}  # kind -> file -> objects of that kind ignored
 
-    def add_many(self, kind: str, objects: Iterable[Any]) -> None:
-        self.by_kind[kind].extend(objects)
+    def add_many(self, kind: str, objects: Iterable[Any], where: str = "") -> None:
+        found = self.by_kind[kind]
+        found.extend(objects)
+        ends, wheres = self.origins[kind]
+        if wheres and wheres[-1] == where:
+            ends[-1] = len(found)
+        else:
+            ends.append(len(found))
+            wheres.append(where)
+
+    def where(self, kind: str, index: int) -> str:
+        ends, wheres = self.origins[kind]
+        return wheres[bisect.bisect_right(ends, index)]
 
     def stamp(self, annotations: dict[str, str] | None, where: str) -> None:
         text = (annotations or {}).get(SNAPSHOT_TIME_ANNOTATION)
@@ -148,6 +181,31 @@ class _Collector:
         files = self.skipped.setdefault(kind or "<no kind>", {})
         files[where] = files.get(where, 0) + 1
 
+    def ordered(self, kind: str, copies: dict[tuple[str, str], int]) -> tuple[Any, ...]:
+        """By (namespace, name), one copy of each object. Lists from the API server (and `snapshot save`)
+        come in this order already: one linear check, then no sort at all (and no copies to look for)."""
+        objects = self.by_kind[kind]
+        if _in_order(kind, objects):
+            return tuple(objects)
+        keys = list(map(_KEYS[kind], objects))
+        first: dict[Any, int] = {}
+        for index in sorted(range(len(keys)), key=keys.__getitem__):  # stable: copies in the order given
+            key = keys[index]
+            earlier = first.get(key)
+            if earlier is None or not self.strict:
+                first[key] = index  # (not strict: a later copy replaces an earlier one, in the same place)
+                continue
+            pair = (self.where(kind, earlier), self.where(kind, index))
+            if objects[earlier] != objects[index]:
+                name = key if kind in CLUSTER_SCOPED else "/".join(key)
+                also = f"is also in {pair[0]}" if pair[0] != pair[1] else "is given twice in this file"
+                raise SnapshotError(
+                    f"{pair[1]}: {kind} {name} {also} with different content: a snapshot holds one copy of each "
+                    "object (remove the copy that is wrong)"
+                )
+            copies[pair] = copies.get(pair, 0) + 1
+        return tuple(map(objects.__getitem__, first.values()))
+
     def snapshot(self) -> Snapshot:
         for kind, files in sorted(self.skipped.items()):
             count = sum(files.values())
@@ -156,27 +214,20 @@ class _Collector:
             self.notes.append(
                 f"ignored {count} object(s) of kind {kind} in {shown}: kubectl-runs reads {', '.join(KINDS)}"
             )
-
-        def ordered(kind: str) -> tuple[Any, ...]:
-            """By (namespace, name); of several copies of one object, the last one given. Lists from the API
-            server (and `snapshot save`) come in this order already: one linear check, then no sort at all."""
-            objects = self.by_kind[kind]
-            if _in_order(kind, objects):
-                return tuple(objects)
-            keys = list(map(_KEYS[kind], objects))
-            latest: dict[Any, Any] = {}
-            for index in sorted(range(len(keys)), key=keys.__getitem__):  # stable: copies in the order given
-                latest[keys[index]] = objects[index]  # a later copy replaces an earlier one
-            return tuple(latest.values())
-
+        copies: dict[tuple[str, str], int] = {}
+        by_kind = {kind: self.ordered(kind, copies) for kind in SNAPSHOT_KINDS}
+        for (first, second), count in copies.items():
+            where = f"in {first} and {second}" if first != second else f"in {first}"
+            self.notes.append(f"{count} object(s) given more than once {where} with the same content: read once")
         return Snapshot(
-            nodes=ordered("Node"),
-            budgets=ordered("Budget"),
-            runs=ordered("Run"),
-            reservations=ordered("Reservation"),
-            leases=ordered("GPULease"),
+            nodes=by_kind["Node"],
+            budgets=by_kind["Budget"],
+            runs=by_kind["Run"],
+            reservations=by_kind["Reservation"],
+            leases=by_kind["GPULease"],
             taken_at=max(self.stamps) if self.stamps else None,
             notes=tuple(self.notes),
+            queues=QueueObjects.of({kind: by_kind[kind] for kind in QUEUE_KINDS}),
         )
 
 
@@ -185,7 +236,7 @@ class _Collector:
 
 def load_snapshot(paths: Sequence[str], stdin: Any = None) -> Snapshot:
     """Load every path (a file, a directory, or ``-`` for stdin) into one Snapshot."""
-    collector = _Collector()
+    collector = _Collector(strict=True)
     with gc_paused():
         for path in paths:
             for name, data in _read(path, stdin):
@@ -238,15 +289,27 @@ def _load_json(name: str, data: bytes, collector: _Collector) -> None:
         # a crash. A typed List that decodes is as shallow as the model; anything else is checked below.)
         typed = None
     if typed is not None:
+        _check_list_version(name, typed.kind, typed.api_version)
         collector.stamp(typed.metadata.annotations, name)
-        _collect_typed(typed.items, collector)
+        _collect_typed(typed.items, collector, name)
         return
     _load_json_slowly(name, data, collector)
 
 
-def _collect_typed(items: list[Any], collector: _Collector) -> None:
+def _collect_typed(items: list[Any], collector: _Collector, where: str) -> None:
     for cls, objects in itertools.groupby(items, key=type):  # a List holds its kinds in runs
-        collector.add_many(cls.__name__, objects)
+        collector.add_many(cls.__name__, objects, where)
+
+
+def _check_list_version(name: str, kind: str, api_version: str) -> None:
+    """A ``List`` is ``v1``; a typed list (``BudgetList``, as the API server answers a list) is its kind's
+    version. Absent is fine (hand-written files)."""
+    if not api_version:
+        return
+    item_kind = kind[:-4] if kind.endswith("List") else ""
+    expected = "v1" if kind in ("", "List") else KIND_API_VERSIONS.get(item_kind)
+    if expected is not None and api_version != expected:
+        raise SnapshotError(f"{name}: {kind or 'List'}: apiVersion {api_version!r} is not {expected}")
 
 
 def _load_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
@@ -268,6 +331,7 @@ def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
             if peek.items is None:
                 raws = [msgspec.Raw(data)]
             else:
+                _check_list_version(name, peek.kind, peek.api_version)
                 collector.stamp(peek.metadata.annotations, name)
                 raws = peek.items
     except msgspec.DecodeError as exc:
@@ -282,6 +346,7 @@ def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
         decoder = _OBJECT_DECODERS.get(peek.kind)
         if decoder is None:
             if peek.items is not None:  # a nested List
+                _check_list_version(name, peek.kind, peek.api_version)
                 _decode_json_slowly(name, bytes(raw), collector)
             else:
                 collector.skip(peek.kind, name)
@@ -289,15 +354,15 @@ def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
         try:
             obj = decoder.decode(raw)
         except msgspec.ValidationError as exc:
-            raise SnapshotError(f"{name}: {_describe(peek.kind, peek.metadata)}: {_field_error(exc)}") from None
-        collector.add_many(peek.kind, (obj,))
+            raise SnapshotError(f"{name}: {_describe(peek.kind, peek.metadata)}: {_field_error(exc, peek.kind)}") from None
+        collector.add_many(peek.kind, (obj,), name)
 
 
 # --- YAML ---------------------------------------------------------------------------------------------------
 
 
 def _yaml_loader() -> type:
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return StrictLoader
 
 
 def _load_yaml(name: str, data: bytes, collector: _Collector) -> None:
@@ -322,11 +387,12 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
     items = doc.get("items")
     if isinstance(items, list) and (kind is None or str(kind).endswith("List")):
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        _check_list_version(name, str(kind or ""), str(doc.get("apiVersion") or ""))
         collector.stamp(meta.get("annotations"), name)
         for index, item in enumerate(items):
             _collect_dict(name, item, collector, f"items[{index}]")
         return
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    cls = SNAPSHOT_KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         collector.skip(kind if isinstance(kind, str) else "", name)
         return
@@ -336,8 +402,8 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
     except msgspec.ValidationError as exc:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
         peek_meta = _PeekMeta(name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")))
-        raise SnapshotError(f"{name}: {_describe(kind, peek_meta)}: {_field_error(exc)}") from None
-    collector.add_many(kind, (obj,))
+        raise SnapshotError(f"{name}: {_describe(kind, peek_meta)}: {_field_error(exc, kind)}") from None
+    collector.add_many(kind, (obj,), name)
 
 
 # --- error text -----------------------------------------------------------------------------------------
@@ -346,12 +412,12 @@ def _collect_dict(name: str, doc: Any, collector: _Collector, where: str) -> Non
 def _describe(kind: str, meta: _PeekMeta) -> str:
     if not meta.name:
         return f"{kind} <unnamed>"
-    if kind == "Node":
-        return f"Node {meta.name}"
+    if kind in CLUSTER_SCOPED:
+        return f"{kind} {meta.name}"
     return f"{kind} {meta.namespace or 'default'}/{meta.name}"
 
 
-def _field_error(exc: msgspec.ValidationError) -> str:
+def _field_error(exc: msgspec.ValidationError, kind: str = "") -> str:
     """msgspec says ``Expected `int`, got `str` - at `$.spec.envelopes[1].concurrency```; we say
     ``spec.envelopes[1].concurrency: expected int, got str``."""
     text = str(exc)
@@ -362,8 +428,11 @@ def _field_error(exc: msgspec.ValidationError) -> str:
     if missing:  # name the missing field's own path: ``spec.owner: required field is missing``
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
         message = "required field is missing"
+    if path == "apiVersion" and kind in KIND_API_VERSIONS:
+        wrong = message.partition("Invalid enum value ")[2] or message
+        return f"apiVersion {wrong} is not {KIND_API_VERSIONS[kind]} (the version of {kind} kubectl-runs reads)"
     message = message[:1].lower() + message[1:]
-    message = message.replace("`", "")
+    message = message.replace("`", "").replace(f"<= {INT64_MAX}", f"<= {INT64_MAX} (an int64)")
     for python_name, wire in (("class_", "class"),):
         message = message.replace(python_name, wire)
     if path:

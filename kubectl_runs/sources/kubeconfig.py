@@ -15,6 +15,7 @@ import yaml
 
 from ..errors import UserError
 from .nesting import too_deep_message, yaml_too_deep
+from .strict_yaml import StrictLoader
 
 
 class KubeconfigError(UserError):
@@ -165,7 +166,7 @@ def read_kubeconfig(path: str) -> dict:
     if line is not None:
         raise KubeconfigError("kubeconfig " + too_deep_message(path, line))
     try:
-        doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = yaml.load(data, Loader=StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

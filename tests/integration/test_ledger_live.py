@@ -254,3 +254,55 @@ def test_a_pass_killed_between_two_mints_and_run_again_converges_to_the_planned_
     assert audit.returncode == 0, audit.stdout + audit.stderr
     print(f"\nkilled after 3 of {len(planned)} leases, run again: {len(stored)} leases, "
           f"{requests(cp, 'POST', 'gpuleases') - posts} POSTs; leases audit --strict: exit {audit.returncode}")
+
+
+def _log_has(path, fragment: str) -> bool:
+    return path.exists() and fragment in path.read_text(errors="replace")
+
+
+def test_two_replicas_managing_leases_the_standby_takes_over_from_a_leader_killed_mid_admission(cp, tmp_path):
+    """Two ``reconcile --manage-leases`` replicas with leader election, as deploy/'s manage-leases overlay runs
+    them. Four runs of one 8-GPU group each arrive on four 8-GPU L40 nodes; the leader is SIGKILLed right after
+    its third mint (test-only hook). The standby takes the Lease over and mints the fourth: the API server
+    created exactly four GPULeases (no retry minted twice, the standby re-minted nothing), no slot is in two
+    open leases, and ``leases audit --strict`` exits 0."""
+    create(cp, [*(node(f"fo{i}", flavor="L40") for i in range(4)),
+                budget("b", "fo", [("e", "L40", 32)], owner="org:fo")])
+    cp.kubectl("create", "namespace", "fo-election")
+    election = ("--manage-leases", "--leader-elect", "--leader-election-namespace", "fo-election",
+                "--leader-election-id", "fo", "--metrics-addr", "0")
+    a = _reconciler(cp, tmp_path, "a", *election, "--identity", "replica-a", kill_after="mint fo/#3")
+    b = None
+    try:
+        wait_for("replica-a to lead", lambda: _log_has(tmp_path / "a.log", "msg=leadership leader=True"),
+                 timeout=60, every=0.1)
+        b = _reconciler(cp, tmp_path, "b", *election, "--identity", "replica-b")
+        wait_for("replica-b's caches", lambda: _log_has(tmp_path / "b.log", "msg=synced"), timeout=60, every=0.1)
+        posts = requests(cp, "POST", "gpuleases")
+        create(cp, [grouped_run(f"w{i}", "fo", flavor="L40", gpus=8, group=8) for i in range(4)])
+        assert a.wait(timeout=90) == -signal.SIGKILL, (tmp_path / "a.log").read_text()[-3000:]
+        killed = time.monotonic()
+        minted_by_a = len(items(cp, "gpuleases", "fo"))
+        assert minted_by_a == 3
+        wait_for("replica-b to lead", lambda: _log_has(tmp_path / "b.log", "msg=leadership leader=True"),
+                 timeout=40, every=0.1)
+        took = time.monotonic() - killed
+        wait_for("four open leases", lambda: len(open_leases(cp, "fo")) == 4 or None, timeout=60, every=0.2)
+        time.sleep(2.0)  # a duplicate mint, if any, would land now
+        stored = items(cp, "gpuleases", "fo")
+        slots = [s for x in stored for s in x["spec"]["slice"]["slots"]]
+        created = requests(cp, "POST", "gpuleases") - posts
+        audit = plugin(cp, "leases", "audit", "--strict", "-n", "fo")
+        print(f"\nleader killed after {minted_by_a} mints; replica-b led after {took:.1f} s; "
+              f"{len(stored)} leases, {created} POSTs; leases audit --strict: exit {audit.returncode}")
+        assert sorted(x["spec"]["runRef"]["name"] for x in stored) == ["w0", "w1", "w2", "w3"]
+        assert created == 4, "a lease was created twice"
+        assert len(slots) == len(set(slots)) == 32
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        b_log = (tmp_path / "b.log").read_text(errors="replace")
+        assert b_log.count("mint fo/") == 1, "the standby minted what the leader had already minted"
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)

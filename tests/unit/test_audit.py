@@ -9,6 +9,7 @@ from builders import at, budget, envelope, lease, node, run, snapshot
 from kubectl_runs.engine import findings as fk
 from kubectl_runs.engine.audit import audit, peak
 from kubectl_runs.engine.reports import finding_entries, plain
+from kubectl_runs.timeutil import rfc3339
 
 SINCE, UNTIL, AT = at(hours=24), at(hours=48), at(hours=72)
 
@@ -191,6 +192,58 @@ def test_double_booked_reports_both_leases_and_the_overlap():
             "2025-11-02T06:00:00Z: one slot is one GPU; close the lease that is not running there",
         }
     ]
+
+
+def test_many_leases_on_the_same_slots_are_one_finding_per_episode_not_per_pair():
+    """1,000 whole-node leases on n1, all open from h24 + i minutes: one episode (n1#0..#7 held 1,000 times over
+    from h24 + 1 minute on), so one finding — not 499,500 — naming the second lease to start, counting the
+    others and naming the first few. A lease on n2 overlapping nothing on its node is no finding."""
+    leases = [lease(f"l{i:04d}", gpus=8, node_name="n1", start=at(hours=24, minutes=i)) for i in range(1000)]
+    leases.append(lease("alone", gpus=8, node_name="n2", start=at(hours=24)))
+    report = audit(fleet(*leases), AT, since=SINCE, until=UNTIL, ledger_at_starts=False)
+    assert plain(finding_entries([f for f in report.findings if f.kind == fk.DOUBLE_BOOKED])) == [
+        {
+            "kind": "DoubleBooked",
+            "lease": "team/l0001",
+            "detail": "holds 8 slots (n1#0 … n1#7) at once with 999 other leases from 2025-11-02T00:01:00Z to "
+            f"{rfc3339(min(UNTIL, AT))} (team/l0000, team/l0002, team/l0003 and 996 more): one slot is one GPU; "
+            "close the leases that are not running there",
+        }
+    ]
+
+
+def test_episodes_split_where_a_slot_is_held_once_and_slots_group_by_episode():
+    """On n1: a [h24, h30) on #0-#3, b [h27, h33) on #0-#1, c [h31, h36) on #0. #0 is double-booked on [h27, h30)
+    (a, b) and [h31, h33) (b, c): two episodes. #1 shares the first episode (same leases, same interval), so the
+    first finding says both slots; #2 and #3 are only ever held by a. Then three leases on n2#0 chained into one
+    episode: d [h24, h30), e [h29, h40), f [h35, h41): held twice on [h29, h30) and [h35, h40), once in between
+    — two episodes of two leases each, not one of three."""
+    a = lease("a", slot_list=[f"n1#{i}" for i in range(4)], start=at(hours=24), ended=at(hours=30))
+    b = lease("b", slot_list=["n1#0", "n1#1"], start=at(hours=27), ended=at(hours=33))
+    c = lease("c", slot_list=["n1#0"], start=at(hours=31), ended=at(hours=36))
+    d = lease("d", slot_list=["n2#0"], start=at(hours=24), ended=at(hours=30))
+    e = lease("e", slot_list=["n2#0"], start=at(hours=29), ended=at(hours=40))
+    f = lease("f", slot_list=["n2#0"], start=at(hours=35), ended=at(hours=41))
+    report = audit(fleet(a, b, c, d, e, f), AT, since=SINCE, until=UNTIL)
+    tail = ": one slot is one GPU; close the lease that is not running there"
+    assert [(x.lease, x.detail) for x in report.findings] == [
+        ("team/b", f"holds slots n1#0, n1#1 also held by team/a from {rfc3339(at(hours=27))} to {rfc3339(at(hours=30))}"
+         + tail),
+        ("team/c", f"holds slot n1#0 also held by team/b from {rfc3339(at(hours=31))} to {rfc3339(at(hours=33))}" + tail),
+        ("team/e", f"holds slot n2#0 also held by team/d from {rfc3339(at(hours=29))} to {rfc3339(at(hours=30))}" + tail),
+        ("team/f", f"holds slot n2#0 also held by team/e from {rfc3339(at(hours=35))} to {rfc3339(at(hours=40))}" + tail),
+    ]
+
+
+def test_three_leases_at_once_name_each_other():
+    """x, y, z hold n1#5 together on [h25, h28) (x and y from h25, z joins at h26): one finding on y (the second to start) with 2 others."""
+    x = lease("x", slot_list=["n1#5"], start=at(hours=24), ended=at(hours=28))
+    y = lease("y", slot_list=["n1#5"], start=at(hours=25), ended=at(hours=30))
+    z = lease("z", slot_list=["n1#5"], start=at(hours=26), ended=at(hours=28))
+    [found] = audit(fleet(x, y, z), AT, since=SINCE, until=UNTIL).findings
+    assert (found.lease, found.detail) == (
+        "team/y", f"holds slot n1#5 at once with 2 other leases from {rfc3339(at(hours=25))} to {rfc3339(at(hours=28))}"
+        " (team/x and team/z): one slot is one GPU; close the leases that are not running there")
 
 
 def test_identical_slot_lists_back_to_back_are_not_double_booked():

@@ -1,7 +1,7 @@
 """``engine.audit`` is written for speed (one pass over the history, slot lists handled once per distinct list,
 an exact per-node test before the pair search for DoubleBooked, the ledger only where a cheap bound says a
 problem is possible). Here it must agree with a plain reference written for clarity — every lease, every slot,
-every pair, the ledger at every instant where funding can change — on random small fleets (hypothesis) that
+every slot's overlapping episodes, the ledger at every instant where funding can change — on random small fleets (hypothesis) that
 have every finding kind: slots held twice, unknown nodes and slots, missing runs and envelopes, borrowers an
 envelope does not lend to, overdrafts, an aggregate cap and an envelope whose window closes inside the audit
 window."""
@@ -9,6 +9,7 @@ window."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import pairwise
 
 from builders import at, budget, envelope, lease, node, run, snapshot
 from hypothesis import given, settings
@@ -98,20 +99,53 @@ def _slot_findings(fleet, window):
         if unknown:
             found.append(Finding(fk.UNKNOWN_NODE, x.key, f"holds slots on {'; '.join(unknown)}: fix the slot names, or "
                                  "restore the node if it was removed while the lease was open"))
-    for i, (a, a_start, a_end) in enumerate(window):
-        for b, b_start, b_end in window[i + 1:]:
-            if not (a_start < b_end and b_start < a_end):
-                continue
-            first, second = sorted((a, b), key=lambda x: (x.spec.start, x.key))
-            shared = set(a.spec.slice.slots) & set(b.spec.slice.slots)
-            for node_name in {split_slot(s)[0] for s in shared}:  # one finding per node the pair shares
-                slots = sorted((s for s in shared if split_slot(s)[0] == node_name), key=split_slot)
-                said = "slot " + slots[0] if len(slots) == 1 else (
-                    "slots " + ", ".join(slots) if len(slots) <= 3 else f"{len(slots)} slots ({slots[0]} … {slots[-1]})")
-                overlap = (_iso(max(a_start, b_start)), _iso(min(a_end, b_end)))
-                found.append(Finding(fk.DOUBLE_BOOKED, second.key, f"holds {said} also held by {first.key} from "
-                                     f"{overlap[0]} to {overlap[1]}: one slot is one GPU; close the lease that is not "
-                                     "running there"))
+    found.extend(_double_bookings(window))
+    return found
+
+
+def _double_bookings(window):
+    """DoubleBooked, the plain way: for every slot, the instants at which its holders start or end; between two
+    consecutive instants the slot is held by a fixed set of leases; the maximal runs of such stretches held by
+    two or more are the slot's *episodes*, and the leases involved in one are those held during any of its
+    stretches. Slots of one node with the same episode (same interval, same leases) are one finding."""
+    holders: dict[str, list[tuple]] = {}
+    for x, start, end in window:
+        for slot in x.spec.slice.slots:
+            holders.setdefault(slot, []).append((x, start, end))
+    groups: dict[tuple, list[str]] = {}
+    for slot, held in holders.items():
+        instants = sorted({t for _x, s, e in held for t in (s, e)})
+        episode = None  # [lo, hi, involved keys]
+        for lo, hi in pairwise(instants):
+            during = {x.key for x, s, e in held if s < hi and e > lo}
+            if len(during) >= 2:
+                if episode is not None and episode[1] == lo:
+                    episode[1] = hi
+                    episode[2] |= during
+                else:
+                    if episode is not None:
+                        groups.setdefault((split_slot(slot)[0], episode[0], episode[1], frozenset(episode[2])), []).append(slot)
+                    episode = [lo, hi, set(during)]
+        if episode is not None:
+            groups.setdefault((split_slot(slot)[0], episode[0], episode[1], frozenset(episode[2])), []).append(slot)
+    by_key = {x.key: x for x, _s, _e in window}
+    found = []
+    for (_node, lo, hi, involved), slots in groups.items():
+        ordered = sorted((by_key[k] for k in involved), key=lambda x: (x.spec.start, x.key))
+        lease, others = ordered[1], [ordered[0], *ordered[2:]]
+        slots = sorted(slots, key=split_slot)
+        said = "slot " + slots[0] if len(slots) == 1 else (
+            "slots " + ", ".join(slots) if len(slots) <= 3 else f"{len(slots)} slots ({slots[0]} … {slots[-1]})")
+        if len(ordered) == 2:
+            detail = (f"holds {said} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+                      "close the lease that is not running there")
+        else:
+            named = [x.key for x in others[:3]]
+            more = len(others) - len(named)
+            names = ", ".join(named) + f" and {more} more" if more else ", ".join(named[:-1]) + " and " + named[-1]
+            detail = (f"holds {said} at once with {len(others)} other leases from {_iso(lo)} to {_iso(hi)} ({names}): "
+                      "one slot is one GPU; close the leases that are not running there")
+        found.append(Finding(fk.DOUBLE_BOOKED, lease.key, detail))
     return found
 
 

@@ -76,3 +76,30 @@ def test_a_window_split_in_two_adds_up(history):
     assert halves.keys() == whole.keys()
     for key, hours in whole.items():
         assert halves[key] == pytest.approx(hours, abs=1e-6)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 12)), min_size=0, max_size=14))
+def test_episodes_are_the_maximal_intervals_held_twice(intervals):
+    """``_episodes`` (C-level passes, or the sweep when there are several) against brute force over every
+    instant: the maximal runs of instants held by two or more intervals, each with the intervals that meet it.
+    Integer instants, half-open intervals [s, s + length)."""
+    from kubectl_runs.engine.audit_findings import _episodes, _episodes_swept
+
+    spans = [(float(s), float(s + n)) for s, n in intervals]
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    begun = [spans[i][0] for i in order]
+    done = [spans[i][1] for i in order]
+    expected = []
+    t = 0
+    while t < 50:
+        if sum(s <= t < e for s, e in spans) >= 2:
+            lo = t
+            while sum(s <= t < e for s, e in spans) >= 2:
+                t += 1
+            expected.append((float(lo), float(t), {i for i, (s, e) in enumerate(spans) if s < t and e > lo}))
+        t += 1
+    got = [(lo, hi, set(involved)) for lo, hi, involved in _episodes(order, begun, done)]
+    assert got == expected
+    swept = [(lo, hi, set(involved)) for lo, hi, involved in _episodes_swept(order, begun, done)]
+    assert swept == expected

@@ -34,8 +34,9 @@ class Case:
     files: dict[str, bytes]  # written into the case's directory
     args: list[str]  # the command line; {dir} is the case's directory
     code: int
-    stderr: str  # the one line, without "error: " / the newline; {dir} is the case's directory
+    stderr: str  # the one line, without "error: " / the newline, or "" for no line; {dir} is the case's directory
     stdout: str | None = ""  # None: not checked
+    stdout_excludes: str = ""  # characters that must not appear on stdout
     shell: str | None = None  # run through sh -c with this redirection of stdout (">&-", ">/dev/full")
     env: dict[str, str] = field(default_factory=dict)
 
@@ -121,6 +122,15 @@ CORPUS: list[Case] = [
          ["plan", "r", "--snapshot", "{dir}/s.yaml", "--kubeconfig", "{dir}/kubeconfig"], 1,
          "kubeconfig {dir}/kubeconfig: not a kubeconfig: binary data (a NUL byte at offset 8)"),
     # --- standard output: closed, or full ------------------------------------------------------------------------
+    # --- output: control characters never reach a CSV; notes name their file -----------------------------------
+    Case("csv-control-characters", {"s.yaml": BUDGET.replace(b"name: b, namespace: team",
+                                                             b'name: "b\\e]0;pwned\\a\\u202e\\x9b31m", namespace: team')},
+         ["budgets", "usage", "--snapshot", "{dir}/s.yaml", "--at", AT, "-o", "csv", "--no-headers"], 0, "",
+         stdout=None, stdout_excludes="\x1b\x07\u202e\x9b"),
+    Case("note-names-the-file", {"s.yaml": BUDGET + b"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"},
+         ["budgets", "usage", "--snapshot", "{dir}/s.yaml", "--at", AT, "-o", "json"], 0,
+         "note: ignored 1 object(s) of kind ConfigMap in {dir}/s.yaml: kubectl-runs reads Node, Budget, Run, "
+         "Reservation, GPULease", stdout=None),
     Case("stdout-closed", {"s.yaml": BUDGET}, ["budgets", "usage", "--snapshot", "{dir}/s.yaml", "--at", AT], 1,
          "standard output is closed: there is nowhere to print the result", stdout=None, shell=">&-"),
     Case("stdout-closed-version", {}, ["version"], 1,
@@ -132,6 +142,81 @@ CORPUS: list[Case] = [
     *(Case(f"stdout-full-{'-'.join(words) or 'bare'}", {}, words, 1,
            "cannot write to standard output: No space left on device", stdout=None, shell=">/dev/full")
       for words in (["--help"], [], ["budgets"])),
+]
+
+
+def _json(doc: object) -> bytes:
+    import json
+
+    return json.dumps(doc).encode()
+
+
+LEASE = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease", "metadata": {"name": "l", "namespace": "team"},
+         "spec": {"owner": "org:a", "runRef": {"namespace": "team", "name": "r"}, "group": 0, "flavor": "H",
+                  "slice": {"slots": ["n#0"], "role": "Active"}, "start": "2025-11-01T00:00:00Z", "reason": "Start"}}
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def _node(gpus: object, resource: str = "nvidia.com/gpu") -> bytes:
+    return _json({**NODE, "status": {"allocatable": {resource: gpus}}})
+
+
+CORPUS += [
+    # --- integers beyond int64 -----------------------------------------------------------------------------------
+    Case("int64-concurrency-yaml", {"b.yaml": BUDGET.replace(b"concurrency: 1", b"concurrency: 9223372036854775808")},
+         ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
+         "{dir}/b.yaml: Budget team/b: spec.envelopes[0].concurrency: expected int <= 9223372036854775807 (an int64)"),
+    Case("int64-1e30-yaml", {"b.yaml": BUDGET.replace(b"concurrency: 1", b"concurrency: 1.0e+30")},
+         ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
+         "{dir}/b.yaml: Budget team/b: spec.envelopes[0].concurrency: expected int, got float"),
+    Case("int64-group-json", {"l.json": _json({**LEASE, "spec": {**LEASE["spec"], "group": 2**64}})},
+         ["leases", "audit", "--snapshot", "{dir}/l.json"], 1,
+         "{dir}/l.json: GPULease team/l: spec.group: expected int <= 9223372036854775807 (an int64)"),
+    Case("int64-1e30-json", {"l.json": b'{"kind": "List", "items": [' + _json(LEASE).replace(b'"group": 0', b'"group": 1e30')
+                             + b"]}"},
+         ["leases", "audit", "--snapshot", "{dir}/l.json"], 1,
+         "{dir}/l.json: GPULease team/l: spec.group: expected int, got float"),
+    # --- apiVersions we do not read ------------------------------------------------------------------------------
+    Case("apiversion-budget-v9", {"b.yaml": BUDGET.replace(b"jobtree.dev/v1alpha1", b"jobtree.dev/v9")},
+         ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1, "{dir}/b.yaml: Budget team/b: apiVersion "
+         "'jobtree.dev/v9' is not jobtree.dev/v1alpha1 (the version of Budget kubectl-runs reads)"),
+    Case("apiversion-lease-in-list", {"l.json": _json({"apiVersion": "v1", "kind": "List", "items": [
+        {**LEASE, "apiVersion": "jobtree.dev/v2"}]})}, ["leases", "audit", "--snapshot", "{dir}/l.json"], 1,
+         "{dir}/l.json: GPULease team/l: apiVersion 'jobtree.dev/v2' is not jobtree.dev/v1alpha1 (the version of "
+         "GPULease kubectl-runs reads)"),
+    Case("apiversion-node-v2", {"n.json": _json({**NODE, "apiVersion": "v2"})},
+         ["budgets", "usage", "--snapshot", "{dir}/n.json"], 1,
+         "{dir}/n.json: Node n1: apiVersion 'v2' is not v1 (the version of Node kubectl-runs reads)"),
+    Case("apiversion-list", {"s.json": _json({"apiVersion": "v9", "kind": "List", "items": []})},
+         ["budgets", "usage", "--snapshot", "{dir}/s.json"], 1, "{dir}/s.json: List: apiVersion 'v9' is not v1"),
+    # --- duplicates: keys, objects --------------------------------------------------------------------------------
+    Case("duplicate-key", {"b.yaml": BUDGET.replace(b"  owner: org:a\n", b"  owner: org:a\n  owner: org:b\n")},
+         ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
+         "{dir}/b.yaml: not valid YAML at line 6, column 3: duplicate key 'owner' (first given at line 5)"),
+    Case("duplicate-key-kubeconfig", {"kubeconfig": KUBECONFIG_OK + b"current-context: y\n"},
+         ["budgets", "usage", "--kubeconfig", "{dir}/kubeconfig"], 1,
+         "kubeconfig {dir}/kubeconfig: not valid YAML at line 7, column 1: duplicate key 'current-context' (first "
+         "given at line 6)"),
+    Case("duplicate-object-differs", {"a.yaml": BUDGET, "b.yaml": BUDGET.replace(b"concurrency: 1", b"concurrency: 2")},
+         ["budgets", "usage", "--snapshot", "{dir}/a.yaml", "--snapshot", "{dir}/b.yaml"], 1,
+         "{dir}/b.yaml: Budget team/b is also in {dir}/a.yaml with different content: a snapshot holds one copy of "
+         "each object (remove the copy that is wrong)"),
+    Case("duplicate-object-same-file", {"a.yaml": BUDGET + b"---\n" + BUDGET.replace(b"flavor: H", b"flavor: A")},
+         ["budgets", "usage", "--snapshot", "{dir}/a.yaml"], 1,
+         "{dir}/a.yaml: Budget team/b is given twice in this file with different content: a snapshot holds one "
+         "copy of each object (remove the copy that is wrong)"),
+    Case("duplicate-object-identical", {"a.yaml": BUDGET},
+         ["budgets", "usage", "--snapshot", "{dir}/a.yaml", "--snapshot", "{dir}/a.yaml", "--at", AT, "-o", "json"], 0,
+         "note: 1 object(s) given more than once in {dir}/a.yaml with the same content: read once", stdout=None),
+    # --- GPU capacity that is not a count ------------------------------------------------------------------------
+    *(Case(f"gpus-{label}", {"n.json": _node(value)}, ["budgets", "usage", "--snapshot", "{dir}/n.json"], 1,
+           f"{{dir}}/n.json: Node n1: status: allocatable nvidia.com/gpu: {value!r} is not a whole non-negative "
+           "number of GPUs")
+      for label, value in (("abc", "abc"), ("negative", "-8"), ("milli", "500m"), ("fraction", "1.5"),
+                           ("negative-int", -8))),
+    Case("gpus-implausible", {"n.json": _node("1Ei", "amd.com/gpu")}, ["budgets", "usage", "--snapshot", "{dir}/n.json"],
+         1, "{dir}/n.json: Node n1: status: allocatable amd.com/gpu: '1Ei' is 1,152,921,504,606,846,976 GPUs, more "
+         "than one node can hold (kubectl-runs reads at most 65,536)"),
 ]
 
 
@@ -165,11 +250,17 @@ def check(case: Case, done: subprocess.CompletedProcess, directory: Path) -> Non
     err = done.stderr.decode("utf-8", "replace")
     assert done.returncode >= 0, f"killed by signal {-done.returncode}: {err[-300:]}"
     assert "Traceback" not in err and "internal error" not in err, err[-500:]
-    assert err.count("\n") == 1 and err.endswith("\n"), f"not one line on stderr: {err[-500:]!r}"
-    expected = "error: " + case.stderr.replace("{dir}", str(directory))
-    assert (done.returncode, err) == (case.code, expected + "\n")
+    if not case.stderr:
+        assert (done.returncode, err) == (case.code, "")
+    else:
+        assert err.count("\n") == 1 and err.endswith("\n"), f"not one line on stderr: {err[-500:]!r}"
+        prefix = "note: " if case.stderr.startswith("note: ") else "error: "
+        expected = prefix + case.stderr.removeprefix("note: ").replace("{dir}", str(directory))
+        assert (done.returncode, err) == (case.code, expected + "\n")
+    out = done.stdout.decode("utf-8", "replace")
     if case.stdout is not None:
-        assert done.stdout.decode() == case.stdout
+        assert out == case.stdout
+    assert not any(ch in out for ch in case.stdout_excludes), repr(out)
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[c.id for c in CORPUS])
@@ -181,7 +272,7 @@ def test_bad_input(case, tmp_path):
 def test_the_corpus_covers_every_class():
     """One class per line of the issue: a new class of bad input gets cases here, or the test fails to say so."""
     classes = {c.id.split("-")[0] for c in CORPUS}
-    assert {"yaml", "json", "kubeconfig", "stdout"} <= classes
+    assert {"yaml", "json", "kubeconfig", "stdout", "csv", "note", "int64", "apiversion", "duplicate", "gpus"} <= classes
 
 
 if __name__ == "__main__":  # python -m tests.unit.test_bad_input_corpus DIR

@@ -177,3 +177,13 @@ def test_troubleshooting_quotes_the_snapshot_error_line(capsys, workdir, monkeyp
     monkeypatch.chdir(workdir / "bad")
     _, _, err = run_cli(capsys, "budgets", "usage", "--snapshot", "fleet.yaml")
     assert f"`{err.strip()}`" in (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+
+def test_troubleshooting_quotes_the_ignored_kind_note(capsys, workdir, monkeypatch):
+    (workdir / "other").mkdir()
+    (workdir / "other" / "fleet.yaml").write_text("kind: ConfigMap\nmetadata: {name: c, namespace: n}\n")
+    monkeypatch.chdir(workdir / "other")
+    _, _, err = run_cli(capsys, "budgets", "usage", "--snapshot", "fleet.yaml")
+    note = err.splitlines()[0]
+    assert note.startswith("note: ignored")
+    assert f"`{note}`" in (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")

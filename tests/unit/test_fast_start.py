@@ -64,3 +64,31 @@ def test_version_skips_the_model_and_sources():
     assert out.startswith("kubectl-runs ")
     assert not {"kubectl_runs.model", "kubectl_runs.sources", "kubectl_runs.engine"} & modules
     assert not {"msgspec", "yaml"} & top_level(modules)
+
+
+EXAMPLE = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["version"],
+        ["leases", "--help"],
+        ["leases", "audit", "--snapshot", EXAMPLE, "-o", "json"],
+        ["budgets", "usage", "--snapshot", EXAMPLE, "-o", "json"],
+        ["plan", "--snapshot", EXAMPLE, "-A", "pretrain-32", "-o", "json"],
+        ["explain", "--snapshot", EXAMPLE, "-A", "pretrain-32", "-o", "json"],
+        ["seeds", "verify", "--snapshot", EXAMPLE, "-o", "json"],
+        ["snapshot", "save", "--snapshot", EXAMPLE],
+    ],
+    ids=["help", "version", "leases-help", "leases-audit", "budgets-usage", "plan", "explain", "seeds-verify",
+         "snapshot-save"],
+)
+def test_no_duckdb(args):
+    """DuckDB (~0.2 s to import, ~25 MB unpacked in the executable) is the lease archive's alone: only
+    ``leases archive`` and ``leases audit --archive`` import it (docs/archive.md)."""
+    code, out, modules = imported_by(*args)
+    assert code == 0, (args, code)
+    assert out
+    assert not {"duckdb", "pyarrow"} & top_level(modules), args

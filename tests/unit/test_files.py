@@ -335,15 +335,32 @@ def test_a_directory_is_read_recursively_and_only_snapshot_suffixes(tmp_path):
     assert _counts(snap) == {"nodes": 1, "budgets": 1, "runs": 0, "reservations": 0, "leases": 1}
 
 
-def test_several_paths_merge_and_a_later_copy_of_an_object_replaces_an_earlier_one(tmp_path):
-    """Two --snapshot files both hold team/b: the second one's (concurrency 16) wins; the union of the rest is
-    kept (1 node from the first, 1 lease from the second)."""
+def test_several_paths_merge_and_two_different_copies_of_an_object_are_refused(tmp_path):
+    """Two --snapshot files both hold team/b with different content (concurrency 8 and 16): refused, naming
+    both files — a snapshot holds what the API server would have stored, one copy of each object."""
     first = _write(tmp_path, "one.yaml", _yaml_stream(FLEET[0], FLEET[1]))
     newer = budget("b", "team", owner="org:team", envelopes=[envelope("west", concurrency=16)])
     second = _write(tmp_path, "two.yaml", _yaml_stream(newer, FLEET[3]))
-    snap = load_snapshot([first, second])
-    assert snap.budgets == (newer,)
+    with pytest.raises(SnapshotError) as caught:
+        load_snapshot([first, second])
+    assert caught.value.message == (
+        f"{second}: Budget team/b is also in {first} with different content: a snapshot holds one copy of each "
+        "object (remove the copy that is wrong)")
+
+
+def test_several_paths_merge_and_identical_copies_are_read_once_with_a_note(tmp_path):
+    """The same file given twice, and a second file repeating one object exactly: one copy of each, one note per
+    pair of files."""
+    first = _write(tmp_path, "one.yaml", _yaml_stream(FLEET[0], FLEET[1]))
+    second = _write(tmp_path, "two.json", json.dumps({"kind": "List", "items": [to_manifest(FLEET[1]),
+                                                                                 to_manifest(FLEET[3])]}))
+    snap = load_snapshot([first, first, second])
     assert _counts(snap) == {"nodes": 1, "budgets": 1, "runs": 0, "reservations": 0, "leases": 1}
+    assert snap.budgets == (FLEET[1],)
+    assert sorted(snap.notes) == [
+        f"1 object(s) given more than once in {first} and {second} with the same content: read once",
+        f"2 object(s) given more than once in {first} with the same content: read once",
+    ]
 
 
 @pytest.mark.parametrize("form", ["yaml", "json"])

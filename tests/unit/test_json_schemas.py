@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "schemas"
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
-REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot")
+REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot",
+           "queues-usage", "explain-workload",  # these two: tests/unit/test_kueue_explain.py
+           "leases-archive", "leases-archive-verify")  # these two: tests/unit/test_cli_archive.py
 
 
 @cache

@@ -391,3 +391,19 @@ def test_the_loop_sends_nothing_after_a_ledger_write_that_failed():
     outcomes = loop.apply(writes, [status], DUE)
     assert [o.outcome for o in outcomes] == ["forbidden"] + ["skipped"] * (len(writes) - 1) + ["ok"]
     assert sent == [decision, status]
+
+
+def test_elastic_run_grows_by_as_many_whole_steps_as_fit():
+    """min 8, desired 24, steps of 8; n2 and m1 are free, n1 is held: it starts at 8 and grows to 16, not 24."""
+    job = pending("job", 24, malleable={"minTotalGPUs": 8, "maxTotalGPUs": 24, "stepGPUs": 8,
+                                         "desiredTotalGPUs": 24})
+    snap = snapshot(*NODES, TEAM, run("other", "team", gpus=8), holding("other-g0", "n1"), job)
+    after, writes = converge(snap)
+    assert [(w.name, w.body["spec"]["reason"]) for w in creates(writes)] == [
+        ("job-g0-active-0", "Start"), ("job-g1-active-0", "Grow")]
+    # when n1 is given back, the next pass grows it the last step
+    done = apply_writes(after, [PatchStatus(kind="GPULease", namespace="team", name="other-g0",
+                                            status={"closed": True, "ended": iso(NOW), "closureReason": "Completed"})])
+    later = plan_ledger(done, NOW + timedelta(minutes=1))
+    assert [(w.name, w.body["spec"]["reason"], w.body["spec"]["slice"]["slots"]) for w in creates(later)] == [
+        ("job-g2-active-0", "Grow", slots("n1", 8))]

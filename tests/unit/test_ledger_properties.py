@@ -161,3 +161,45 @@ def test_a_pass_cut_short_converges_to_the_same_ledger(snap, data):
     existing = {x.key for x in part.leases}
     assert not [w for w in rest if w.kind == "GPULease" and type(w).__name__ == "Create" and w.key in existing]
     assert plan_ledger(done, NOW) == []
+
+
+def _one_domain_growth_fleet() -> Snapshot:
+    """The counterexample hypothesis found (CI profile, 2026-11-24): ``p1`` keeps its groups in one domain and
+    grows 4 → 12. After its first group lands on d2, the plan still says 12 fits (it counts d1's free GPUs),
+    but the placement can only grow where p1 already is: the full width does not place, and the pass used to
+    stop there. One pass later ``p2`` holds d1's GPUs, the plan turns to a deficit, the stepwise growth is
+    tried and p1 grows by one group: a second pass that writes, and a pass cut short that ends elsewhere."""
+    objects: list = [
+        budget("b", ns, owner=owner, envelopes=[envelope("w", concurrency=32 if ns == "b" else 2, end=WINDOW_END)])
+        for ns, owner in OWNERS.items()
+    ]
+    objects += [node("n00", gpus=4, domain="d0"), node("n10", gpus=4, domain="d1"), node("n11", gpus=8, domain="d1"),
+                node("n20", gpus=4, domain="d2"), node("n21", gpus=4, domain="d2"), node("n22", gpus=8, domain="d2")]
+    for i, slot in enumerate(["n00#0", "n00#1", "n11#0", "n21#0", "n21#1"]):
+        if i < 3:  # r3 and r4 are deleted: their leases are closed by the pass
+            objects.append(run(f"r{i}", "a", gpus=1, phase="Running", created=T0))
+        objects.append(lease(f"r{i}-g0", "a", owner=OWNERS["a"], run_name=f"r{i}", slot_list=[slot], role="Active",
+                             paid_by=("a", "b", "w"), start=T0 + timedelta(hours=1)))
+    objects.append(run("p0", "a", gpus=4, phase=None, group_gpus=4, created=T0))
+    grower = to_manifest(run("p1", "a", gpus=12, phase=None, group_gpus=4, spares_per_group=1,
+                             created=T0 + timedelta(minutes=1),
+                             malleable={"minTotalGPUs": 4, "maxTotalGPUs": 12, "stepGPUs": 4,
+                                        "desiredTotalGPUs": 12}))
+    grower["spec"]["locality"]["allowCrossGroupSpread"] = False
+    objects.append(msgspec.convert(grower, Run))
+    objects.append(run("p2", "a", gpus=4, phase=None, created=T0 + timedelta(minutes=2)))
+    return snapshot(*objects)
+
+
+def test_a_run_kept_in_one_domain_grows_by_steps_when_its_full_width_does_not_place():
+    snap = _one_domain_growth_fleet()
+    writes = plan_ledger(snap, NOW)
+    whole = apply_writes(snap, writes)
+    grown = sorted(x.name for x in whole.leases if x.spec.run_ref.name == "p1")
+    assert grown == ["p1-g0-active-0", "p1-g0-spare-0", "p1-g1-active-0", "p1-g1-spare-0"]
+    assert plan_ledger(whole, NOW) == []
+    for cut in range(len(writes) + 1):
+        part = apply_writes(snap, writes[:cut])
+        done = apply_writes(part, plan_ledger(part, NOW))
+        assert ledger_state(done) == ledger_state(whole), cut
+        assert plan_ledger(done, NOW) == [], cut

@@ -76,3 +76,17 @@ def test_reconcile_help_does_not_import_the_kubernetes_client():
     assert code == 0
     assert "--resync-period" in out and "--dry-run" in out
     assert "kubernetes" not in top_level(modules)
+
+
+def test_keys_an_event_named_go_before_the_tail_and_alone():
+    q = WorkQueue(coalesce=0)
+    q.add_all([f"tail-{i}" for i in range(5)])
+    q.add("tail-3", priority=True)  # an event named one of them: it moves to the front lane
+    q.add("event", priority=True)
+    assert q.get_batch(timeout=0, limit=10) == ["tail-3", "event"]
+    assert q.get_batch(timeout=0, limit=2) == ["tail-0", "tail-1"]
+    q.add("tail-0")  # processing: comes back after done, in its lane
+    q.add("tail-1", priority=True)
+    q.done(["tail-0", "tail-1"])
+    assert q.get_batch(timeout=0, limit=10) == ["tail-1"]
+    assert q.get_batch(timeout=0, limit=10) == ["tail-2", "tail-4", "tail-0"]

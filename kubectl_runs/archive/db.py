@@ -1,0 +1,60 @@
+"""The one place that imports DuckDB: an in-process connection set up for the archive (UTC, no extension
+downloads), and its errors turned into one line naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from .manifest import ArchiveError
+from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION
+
+Error = duckdb.Error
+
+
+_TYPES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # how DESCRIBE spells the types of COLUMNS
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory database; timestamps are read and written in UTC, and nothing is fetched from the network
+    (DuckDB would otherwise download an extension it lacks)."""
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False})
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def quote(path: Path | str) -> str:
+    """A path as an SQL string literal."""
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def check_file(con: duckdb.DuckDBPyConnection, path: Path, rows: int | None = None) -> int:
+    """Open a Parquet file of the archive: its footer, schema version and columns. Returns its row count
+    (checked against ``rows`` when given)."""
+    try:
+        kv = dict(con.execute(f"SELECT key, value FROM parquet_kv_metadata({quote(path)})").fetchall())
+        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({quote(path)})").fetchall()
+        count = con.execute(f"SELECT num_rows FROM parquet_file_metadata({quote(path)})").fetchone()[0]
+    except duckdb.Error as exc:
+        raise ArchiveError(f"{path}: not a readable Parquet file (truncated or damaged): {first_line(exc)}") from None
+    version = kv.get(SCHEMA_KEY.encode())
+    if version is None:
+        raise ArchiveError(f"{path}: not a lease archive file (no {SCHEMA_KEY} in its metadata)")
+    if version != str(SCHEMA_VERSION).encode():
+        raise ArchiveError(f"{path}: schema version {version.decode(errors='replace')}; this kubectl-runs reads "
+                           f"version {SCHEMA_VERSION}")
+    found = {row[0]: row[1] for row in described}
+    for name, sql_type, _doc in COLUMNS:
+        have = found.get(name)
+        if have != _TYPES.get(sql_type, sql_type):
+            raise ArchiveError(f"{path}: column {name} is {have or 'missing'}; schema version {SCHEMA_VERSION} "
+                               f"has {sql_type}")
+    if rows is not None and count != rows:
+        raise ArchiveError(f"{path}: holds {count} leases; the manifest says {rows}")
+    return count
+
+
+def first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,43 @@
+"""``kubectl runs queues usage``: Kueue's quota, use and headroom per ClusterQueue, flavor and GPU resource,
+from Kueue's own objects (kubectl_runs.kueue; docs/kueue.md). ``explain workload|kaiwojob`` is in cli/explain.py."""
+
+from __future__ import annotations
+
+import click
+
+from ..render import REPORT_FORMATS
+from ..views.queues import usage_document
+from .options import GlobalOptions, global_options
+
+
+@click.group("queues")
+@global_options
+def queues() -> None:
+    """Kueue: quota, usage and headroom of ClusterQueues and Cohorts."""
+
+
+@queues.command("usage")
+@click.option("--cohort", metavar="COHORT", help="Keep the ClusterQueues in this Cohort (and its child Cohorts).")
+@click.option("--flavor", metavar="FLAVOR", help="Keep the rows of this ResourceFlavor.")
+@global_options
+@click.pass_context
+def usage(ctx: click.Context, cohort: str | None, flavor: str | None) -> None:
+    """Per ClusterQueue, flavor and GPU resource (nvidia.com/gpu, amd.com/gpu): nominal quota, borrowing and
+    lending limits, GPUs reserved and admitted, pending demand, the headroom within the queue and what its
+    Cohort can lend now, and the GPUs of the nodes the flavor's nodeLabels select; per Cohort its pooled quota;
+    findings (quota no node backs, a LocalQueue whose ClusterQueue is missing, a flavor selecting no node, a
+    borrowing limit the Cohort can never reach). ClusterQueues are cluster-scoped: -n does not narrow them.
+
+    \b
+    Examples:
+      kubectl runs queues usage
+      kubectl runs queues usage --cohort research --flavor h100 -o wide
+      kubectl runs queues usage --snapshot fleet.json -o json
+    """
+    from ..kueue.usage import queues_usage
+
+    opts = GlobalOptions.of(ctx)
+    fmt = opts.output_format(REPORT_FORMATS)
+    snapshot = opts.load(None, queues=True)
+    report = queues_usage(snapshot, cohort=cohort, flavor=flavor)
+    opts.print(usage_document(report), fmt)

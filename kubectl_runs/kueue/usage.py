@@ -1,0 +1,467 @@
+"""The `queues usage` report: per ClusterQueue × flavor × GPU resource, Kueue's quota (nominal, borrowing and
+lending limits), what is reserved and admitted, the pending demand, the headroom within the queue and what the
+Cohort can lend now, and the physical GPUs of the nodes the flavor selects; per Cohort, its pooled quota; and
+findings. Every number is in GPUs. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..model import Snapshot
+from . import reports
+from .model import ClusterQueue, quantity
+from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode
+
+MISSING_CLUSTER_QUEUE = "MissingClusterQueue"
+MISSING_LOCAL_QUEUE = "MissingLocalQueue"
+MISSING_FLAVOR = "MissingFlavor"
+FLAVOR_SELECTS_NO_NODE = "FlavorSelectsNoNode"
+UNBACKED_QUOTA = "UnbackedQuota"
+UNREACHABLE_BORROWING_LIMIT = "UnreachableBorrowingLimit"
+COHORT_CYCLE = "CohortCycle"
+FINDING_KINDS = (MISSING_CLUSTER_QUEUE, MISSING_LOCAL_QUEUE, MISSING_FLAVOR, FLAVOR_SELECTS_NO_NODE, UNBACKED_QUOTA,
+                 UNREACHABLE_BORROWING_LIMIT, COHORT_CYCLE)
+
+
+@dataclass(frozen=True)
+class QueueFinding:
+    kind: str
+    object: str  # "Kind name" or "Kind namespace/name"
+    detail: str
+    # What it concerns, for --flavor and --cohort (not in the JSON): a flavor, the queues' or cohort's names.
+    flavor: str | None = field(default=None, compare=False)
+    cohorts: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "object": self.object, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One ClusterQueue × flavor × GPU resource."""
+
+    cluster_queue: str
+    cohort: str
+    flavor: str
+    resource: str
+    nominal: int
+    borrowing_limit: int | None  # None: no limit
+    lending_limit: int | None  # None: lends all
+    reserved: int  # quota reserved by workloads (admitted or not): what Kueue's cache counts
+    admitted: int  # of which admitted
+    pending: int  # GPUs of pending workloads whose first choice is this flavor
+    pending_workloads: int
+    headroom: int  # of what a new workload can get now, the part from the queue's own quota
+    cohort_can_lend: int  # the rest of it: what the Cohort lends now
+    maximum: int  # the largest request the queue can ever admit here (no usage anywhere)
+    nodes: int  # schedulable nodes the flavor's nodeLabels select
+    node_gpus: int  # their allocatable GPUs of this resource
+    kueue_reserved: int | None  # ClusterQueue status.flavorsReservation, as Kueue wrote it (None: not written)
+    kueue_admitted: int | None  # ClusterQueue status.flavorsUsage
+
+    @property
+    def available(self) -> int:
+        return self.headroom + self.cohort_can_lend
+
+    def entry(self) -> reports.QueueRowEntry:
+        return reports.QueueRowEntry(
+            cluster_queue=self.cluster_queue, cohort=self.cohort or None, flavor=self.flavor,
+            resource=self.resource, nominal_quota=self.nominal, borrowing_limit=self.borrowing_limit,
+            lending_limit=self.lending_limit, reserved=self.reserved, admitted=self.admitted, pending=self.pending,
+            pending_workloads=self.pending_workloads, headroom=self.headroom, cohort_can_lend=self.cohort_can_lend,
+            available=self.available, maximum=self.maximum, nodes=self.nodes, node_gpus=self.node_gpus,
+            kueue_reserved=self.kueue_reserved, kueue_admitted=self.kueue_admitted,
+        )
+
+    def to_json(self) -> dict:
+        return reports.plain(self.entry())
+
+
+@dataclass(frozen=True)
+class CohortRow:
+    """One Cohort × flavor × GPU resource: the pool its members lend into."""
+
+    cohort: str
+    parent: str
+    flavor: str
+    resource: str
+    nominal: int  # the Cohort's own quota
+    pooled: int  # own quota plus what the members lend (subtree quota)
+    used: int  # of the pool, in use by members past the quota they keep (guaranteed)
+    free: int  # what is left to lend now (at a root; below a root, before the parent's limits)
+
+    def entry(self) -> reports.CohortEntry:
+        return reports.CohortEntry(cohort=self.cohort, parent=self.parent or None, flavor=self.flavor,
+                                   resource=self.resource, nominal_quota=self.nominal, pooled=self.pooled,
+                                   used=self.used, free=self.free)
+
+    def to_json(self) -> dict:
+        return reports.plain(self.entry())
+
+
+@dataclass(frozen=True)
+class QueuesUsage:
+    rows: list[QueueRow]
+    cohorts: list[CohortRow]
+    findings: list[QueueFinding]
+
+    def value(self) -> reports.QueuesUsageReport:
+        return reports.QueuesUsageReport(
+            cluster_queues=[r.entry() for r in self.rows],
+            cohorts=[c.entry() for c in self.cohorts],
+            findings=[reports.QueueFindingEntry(f.kind, f.object, f.detail) for f in self.findings],
+        )
+
+    def to_json(self) -> dict:
+        return reports.plain(self.value())
+
+
+def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:
+    """The report over the whole snapshot, then the rows asked for: ``cohort`` keeps the ClusterQueues in that
+    Cohort's tree, ``flavor`` the rows of that flavor; the arithmetic always covers everything."""
+    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES)
+    pending = _pending_by_flavor(fleet)
+    rows: list[QueueRow] = []
+    for cq in sorted(snapshot.queues.cluster_queues, key=lambda c: c.name):
+        node = fleet.nodes_by_name[cq.name]
+        if cohort is not None and cohort not in {a.name for a in node.ancestors()}:
+            continue
+        for fr in _gpu_keys(cq):
+            if flavor is not None and fr[0] != flavor:
+                continue
+            rows.append(_row(fleet, cq, node, fr, pending))
+    cohorts = [
+        row
+        for row in _cohort_rows(fleet)
+        if (cohort is None or cohort == row.cohort or cohort in _ancestor_names(fleet, row.cohort))
+        and (flavor is None or row.flavor == flavor)
+    ]
+    findings = [f for f in findings_of(fleet) if _concerns(f, cohort, flavor)]
+    return QueuesUsage(rows, cohorts, findings)
+
+
+def _gpu_keys(cq: ClusterQueue) -> list[FR]:
+    """(flavor, GPU resource) of a ClusterQueue, in its own order (resource groups, then flavors)."""
+    keys = []
+    for group in cq.spec.resource_groups:
+        for flavor in group.flavors:
+            for resource in flavor.resources:
+                if resource.name in GPU_RESOURCES:
+                    keys.append((flavor.name, resource.name))
+    return keys
+
+
+def _row(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, fr: FR, pending: dict) -> QueueRow:
+    limits = node.limits(fr)
+    reserved = node.usage.get(fr, 0)
+    available = max(0, node.available(fr))
+    own = min(available, max(0, limits.nominal - reserved))
+    gpus, count = pending.get((cq.name, *fr), (0, 0))
+    return QueueRow(
+        cluster_queue=cq.name,
+        cohort=cq.spec.cohort,
+        flavor=fr[0],
+        resource=fr[1],
+        nominal=limits.nominal,
+        borrowing_limit=limits.borrowing,
+        lending_limit=limits.lending,
+        reserved=reserved,
+        admitted=fleet.admitted.get(cq.name, {}).get(fr, 0),
+        pending=gpus,
+        pending_workloads=count,
+        headroom=own,
+        cohort_can_lend=available - own,
+        maximum=node.potential(fr),
+        nodes=len(fleet.schedulable_nodes(fr[0])),
+        node_gpus=fleet.physical(*fr),
+        kueue_reserved=_status_total(cq.status.flavors_reservation, fr),
+        kueue_admitted=_status_total(cq.status.flavors_usage, fr),
+    )
+
+
+def _status_total(usages, fr: FR) -> int | None:
+    for usage in usages:
+        if usage.name == fr[0]:
+            for resource in usage.resources:
+                if resource.name == fr[1]:
+                    return quantity(resource.total, fr[1])
+    return None
+
+
+def _pending_by_flavor(fleet: Fleet) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """(ClusterQueue, flavor, resource) -> (GPUs, workloads) of the pending workloads, each pod set's GPUs counted
+    once: at the first flavor of the queue's order that its pods may use (no untolerated taint, node affinity
+    matches) and that could ever hold the request (the queue's maximum capacity there), else at the first
+    flavor. That is where the demand waits for quota; `explain workload` shows Kueue's full assignment.
+
+    The hot loop of `queues usage` (tens of thousands of pending workloads): a pod set without selectors or
+    tolerations, the first of its workload, gets its flavor from a memo keyed by (resource, GPUs)."""
+    out: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for cq_name, workloads in fleet.pending.items():
+        cq = fleet.cluster_queues[cq_name]
+        node = fleet.nodes_by_name[cq_name]
+        orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
+        memo: dict[str, dict[int, str]] = {resource: {} for resource in GPU_RESOURCES}
+        sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
+        for workload in workloads:
+            pod_sets = workload.spec.pod_sets
+            so_far: dict[FR, int] | None = {} if len(pod_sets) > 1 else None
+            for pod_set in pod_sets:
+                spec = pod_set.template.spec
+                containers = spec.containers
+                if len(containers) == 1 and not spec.init_containers and not spec.overhead:
+                    resources = containers[0].resources  # the common case, without building sets
+                    requests, limits = resources.requests, resources.limits
+                    gpus_per_pod = {}
+                    for resource in GPU_RESOURCES:
+                        value = requests.get(resource)
+                        if value is None:
+                            value = limits.get(resource)
+                            if value is None:
+                                continue
+                        amount = quantity(value, resource)
+                        if amount:
+                            gpus_per_pod[resource] = amount
+                else:
+                    gpus_per_pod = _pod_gpus(spec)
+                for resource, per_pod in gpus_per_pod.items():
+                    order = orders[resource]
+                    if not order:
+                        continue
+                    gpus = per_pod * pod_set.count
+                    plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
+                    if plain and not so_far:
+                        sized = memo[resource]
+                        flavor = sized.get(gpus)
+                        if flavor is None:
+                            flavor = sized[gpus] = _first_that_holds(
+                                fleet, cq, node, order, resource, gpus, {}, spec, plain)
+                    else:
+                        flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far or {}, spec,
+                                                   plain)
+                    key = (flavor, resource)
+                    entry = sums.get(key)
+                    if entry is None:
+                        entry = sums[key] = [0, 0]
+                    entry[0] += gpus
+                    if so_far is None:
+                        entry[1] += 1
+                    else:
+                        if key not in so_far:
+                            entry[1] += 1
+                        so_far[key] = so_far.get(key, 0) + gpus
+        for (flavor, resource), (gpus, count) in sums.items():
+            out[(cq_name, flavor, resource)] = (gpus, count)
+    return out
+
+
+def _pod_gpus(spec) -> dict[str, int]:
+    """GPUs per pod, per GPU resource (containers add up, a limit alone is the request; an init container counts
+    by its maximum; the overhead adds on)."""
+    out: dict[str, int] = {}
+    for container in spec.containers:
+        resources = container.resources
+        requests = resources.requests
+        for resource in requests.keys() & _GPU_SET:
+            out[resource] = out.get(resource, 0) + quantity(requests[resource], resource)
+        limits = resources.limits
+        if limits:
+            for resource in limits.keys() - requests.keys() & _GPU_SET:
+                out[resource] = out.get(resource, 0) + quantity(limits[resource], resource)
+    if spec.init_containers or spec.overhead:
+        for init in spec.init_containers:
+            for resource in GPU_RESOURCES:
+                value = init.resources.requests.get(resource, init.resources.limits.get(resource))
+                if value is not None:
+                    out[resource] = max(out.get(resource, 0), quantity(value, resource))
+        for resource in GPU_RESOURCES:
+            if resource in spec.overhead:
+                out[resource] = out.get(resource, 0) + quantity(spec.overhead[resource], resource)
+    return out if all(out.values()) else {r: v for r, v in out.items() if v}
+
+
+_GPU_SET = frozenset(GPU_RESOURCES)
+
+
+def _flavor_order(fleet: Fleet, cq: ClusterQueue, resource: str) -> list[tuple[str, bool, set[str]]]:
+    """The flavors of the resource group covering ``resource``, in order: (name, usable by a pod with no
+    tolerations, the group's label keys)."""
+    from .assign import group_of, node_labels_of, untolerated
+
+    group = group_of(cq, resource)
+    if group is None:
+        return []
+    keys = {key for f in group.flavors for key in node_labels_of(fleet, f.name)}
+    order = []
+    for f in group.flavors:
+        flavor = fleet.flavors.get(f.name)
+        usable = flavor is not None and untolerated(flavor.spec.node_taints, flavor.spec.tolerations) is None
+        order.append((f.name, usable, keys))
+    return order
+
+
+def _first_that_holds(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, order, resource: str, gpus: int,
+                      so_far: dict[FR, int], spec, plain: bool) -> str:
+    from .assign import affinity_matches, untolerated
+
+    for name, usable, keys in order:
+        if plain:
+            if not usable:
+                continue
+        else:
+            flavor = fleet.flavors.get(name)
+            if flavor is None:
+                continue
+            if untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations)) is not None:
+                continue
+            if not affinity_matches(spec, keys, flavor.spec.node_labels):
+                continue
+        fr = (name, resource)
+        if gpus + so_far.get(fr, 0) <= _potential(fleet, node, fr):
+            return name
+    return order[0][0]
+
+
+def _potential(fleet: Fleet, node: QuotaNode, fr: FR) -> int:
+    cache = fleet.memo.setdefault("potential", {})
+    key = (node.name, fr)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = node.potential(fr)
+    return found
+
+
+# --- cohorts ------------------------------------------------------------------------------------------------
+
+
+def _ancestor_names(fleet: Fleet, cohort: str) -> set[str]:
+    node = fleet.cohorts.get(cohort)
+    return set() if node is None else {a.name for a in node.ancestors()}
+
+
+def _cohort_rows(fleet: Fleet) -> list[CohortRow]:
+    rows = []
+    for name in sorted(fleet.cohorts):
+        node = fleet.cohorts[name]
+        keys = sorted(fr for fr in node.subtree if fr[1] in GPU_RESOURCES)
+        for fr in keys:
+            rows.append(CohortRow(
+                cohort=name,
+                parent=node.parent.name if node.parent is not None else "",
+                flavor=fr[0],
+                resource=fr[1],
+                nominal=node.limits(fr).nominal,
+                pooled=node.subtree.get(fr, 0),
+                used=node.usage.get(fr, 0),
+                free=max(0, node.available(fr)),
+            ))
+    return rows
+
+
+# --- findings -------------------------------------------------------------------------------------------------
+
+
+def findings_of(fleet: Fleet) -> list[QueueFinding]:
+    found: list[QueueFinding] = []
+    queues = fleet.queues
+    for local in queues.local_queues:
+        if local.spec.cluster_queue not in fleet.cluster_queues:
+            found.append(QueueFinding(MISSING_CLUSTER_QUEUE, f"LocalQueue {local.key}",
+                                      f"points at ClusterQueue {local.spec.cluster_queue or '(none)'}, which does "
+                                      "not exist: its workloads wait for ever"))
+    for workload in fleet.unqueued:
+        local_key = f"{workload.namespace}/{workload.spec.queue_name}"
+        if local_key not in fleet.local_queues:
+            found.append(QueueFinding(MISSING_LOCAL_QUEUE, f"Workload {workload.key}",
+                                      f"names LocalQueue {workload.spec.queue_name or '(none)'}, which does not "
+                                      f"exist in namespace {workload.namespace}"))
+    named: dict[str, list[str]] = {}
+    for cq in queues.cluster_queues:
+        for group in cq.spec.resource_groups:
+            for flavor in group.flavors:
+                named.setdefault(flavor.name, []).append(cq.name)
+    for flavor_name, cqs in sorted(named.items()):
+        if flavor_name not in fleet.flavors:
+            found.append(QueueFinding(MISSING_FLAVOR, f"ResourceFlavor {flavor_name}",
+                                      f"does not exist but ClusterQueue {', '.join(sorted(set(cqs)))} gives quota "
+                                      "in it: Kueue admits nothing there", flavor=flavor_name,
+                                      cohorts=_cohorts_of(fleet, cqs)))
+    for flavor in queues.flavors:
+        if not fleet.schedulable_nodes(flavor.name):
+            labels = ",".join(f"{k}={v}" for k, v in sorted(flavor.spec.node_labels.items())) or "(none)"
+            found.append(QueueFinding(FLAVOR_SELECTS_NO_NODE, f"ResourceFlavor {flavor.name}",
+                                      f"nodeLabels {labels} select no schedulable node: pods admitted in it "
+                                      "cannot start", flavor=flavor.name,
+                                      cohorts=_cohorts_of(fleet, named.get(flavor.name, ()))))
+    found.extend(_unbacked(fleet))
+    found.extend(_unreachable(fleet))
+    for issue in fleet.issues:
+        found.append(QueueFinding(COHORT_CYCLE, f"Cohort {issue.cohort}", issue.detail,
+                                  cohorts=frozenset({issue.cohort})))
+    rank = {kind: i for i, kind in enumerate(FINDING_KINDS)}
+    return sorted(found, key=lambda f: (rank.get(f.kind, len(rank)), f.object, f.detail))
+
+
+def _unbacked(fleet: Fleet) -> Iterable[QueueFinding]:
+    """Quota (ClusterQueues' and Cohorts' nominal, per flavor and GPU resource) beyond the GPUs of the
+    schedulable nodes the flavor selects."""
+    quota: dict[FR, int] = {}
+    givers: dict[FR, list[str]] = {}
+    for node in [*fleet.nodes_by_name.values(), *fleet.cohorts.values()]:
+        for fr, limits in node.quotas.items():
+            if fr[1] in GPU_RESOURCES and limits.nominal > 0:
+                quota[fr] = quota.get(fr, 0) + limits.nominal
+                givers.setdefault(fr, []).append(f"{node.kind} {node.name}")
+    for fr in sorted(quota):
+        physical = fleet.physical(*fr)
+        if quota[fr] > physical:
+            unbacked = quota[fr] - physical
+            names = [g.partition(" ")[2] for g in givers[fr]]
+            yield QueueFinding(
+                UNBACKED_QUOTA, f"ResourceFlavor {fr[0]}",
+                f"{quota[fr]} {fr[1]} of nominal quota ({', '.join(givers[fr])}) but its schedulable nodes "
+                f"have {physical}: {unbacked} GPUs of quota no node backs",
+                flavor=fr[0], cohorts=_cohorts_of(fleet, names) | frozenset(n for n in names if n in fleet.cohorts),
+            )
+
+
+def _unreachable(fleet: Fleet) -> Iterable[QueueFinding]:
+    """A borrowing limit larger than the most the Cohort could ever lend (every other member idle)."""
+    for name in sorted(fleet.nodes_by_name):
+        node = fleet.nodes_by_name[name]
+        for fr, limits in sorted(node.quotas.items()):
+            if limits.borrowing is None or limits.borrowing == 0:
+                continue
+            if node.parent is None:
+                yield QueueFinding(UNREACHABLE_BORROWING_LIMIT, f"ClusterQueue {name}",
+                                   f"borrowingLimit {limits.borrowing} for {fr[1]} in flavor {fr[0]} but it is in "
+                                   "no cohort: there is nobody to borrow from", flavor=fr[0])
+                continue
+            most = node.potential_unlimited(fr) - node.subtree.get(fr, 0)
+            if limits.borrowing > most:
+                yield QueueFinding(
+                    UNREACHABLE_BORROWING_LIMIT, f"ClusterQueue {name}",
+                    f"borrowingLimit {limits.borrowing} for {fr[1]} in flavor {fr[0]} but cohort "
+                    f"{node.parent.name} can lend it at most {most} (its lending limits and quota): "
+                    f"{limits.borrowing - most} of the limit are unreachable",
+                    flavor=fr[0], cohorts=_cohorts_of(fleet, [name]),
+                )
+
+
+def _cohorts_of(fleet: Fleet, cluster_queues: Iterable[str]) -> frozenset[str]:
+    """Every Cohort the ClusterQueues sit in, up to the roots."""
+    out: set[str] = set()
+    for name in cluster_queues:
+        node = fleet.nodes_by_name.get(name)
+        if node is not None:
+            out.update(a.name for a in node.ancestors())
+    return frozenset(out)
+
+
+def _concerns(finding: QueueFinding, cohort: str | None, flavor: str | None) -> bool:
+    """``--flavor`` keeps the findings about that flavor; ``--cohort`` those about that Cohort's tree."""
+    if flavor is not None and finding.flavor != flavor:
+        return False
+    return cohort is None or cohort in finding.cohorts

@@ -1,0 +1,59 @@
+"""Histories of closed and open leases for the archive tests: seeded, spread over months, some leases sharing
+slots (DoubleBooked), some unfunded, preempted, spare, without an end; every lease with a uid."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from builders import T0, budget, envelope, lease, node, preempted, run
+
+NODES = tuple(node(f"n{i}") for i in range(6))
+
+
+def history(seed: int, count: int, *, days: int = 120, open_share: float = 0.1, prefix: str = "l") -> list:
+    """``count`` leases starting over ``days`` days before T0 + 30 days; each lease named ``{prefix}{i}``."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        start = T0 - timedelta(days=days) + timedelta(minutes=rng.randrange(0, (days + 30) * 24 * 60))
+        node_name = f"n{rng.randrange(6)}"
+        gpus = rng.choice((1, 2, 4, 8))
+        first = rng.randrange(0, 9 - gpus)
+        slot_list = [f"{node_name}#{k}" for k in range(first, first + gpus)]
+        owner = rng.choice(("org:team", "org:team:sub", "org:other", "ext:partner"))
+        namespace = {"org:team": "team", "org:team:sub": "sub", "org:other": "other", "ext:partner": "ext"}[owner]
+        paid = rng.choice((("team", "b", "west"), ("team", "b", "west"), None, ("team", "b", "gone")))
+        duration = timedelta(minutes=rng.randrange(10, 3 * 24 * 60))
+        kind = rng.random()
+        name = f"{prefix}{i}"
+        if kind < open_share:
+            item = lease(name, namespace, owner=owner, slot_list=slot_list, run_name=f"r{i % 7}", paid_by=paid,
+                         start=start, role=rng.choice(("Active", "Active", "Spare")))
+        elif kind < open_share + 0.03:
+            item = lease(name, namespace, owner=owner, slot_list=slot_list, run_name=f"r{i % 7}", paid_by=paid,
+                         start=start, closed=True)
+        elif kind < open_share + 0.08:
+            item = preempted(lease(name, namespace, owner=owner, slot_list=slot_list, run_name=f"r{i % 7}",
+                                   paid_by=paid, start=start), ended=start + duration,
+                             reservation="team/res", seed=f"0x{rng.getrandbits(64):016x}")
+        else:
+            item = lease(name, namespace, owner=owner, slot_list=slot_list, run_name=f"r{i % 7}", paid_by=paid,
+                         start=start, ended=start + duration,
+                         closure_reason=rng.choice(("Completed", "Shrink", "NodeFailure", "RunDeleted")))
+        out.append(with_uid(item, f"uid-{prefix}{i}"))
+    return out
+
+
+def with_uid(item, uid: str):
+    import msgspec
+
+    return msgspec.structs.replace(item, metadata=msgspec.structs.replace(item.metadata, uid=uid))
+
+
+def fleet_objects() -> list:
+    """Nodes, a Budget and some runs for the leases of ``history`` (others are unknown on purpose)."""
+    return [*NODES, budget("b", "team", owner="org:team",
+                           envelopes=[envelope("west", concurrency=24, start=T0 - timedelta(days=200),
+                                               end=T0 + timedelta(days=200))]),
+            run("r0", "team"), run("r1", "team"), run("r2", "sub")]

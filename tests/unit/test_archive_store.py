@@ -1,0 +1,199 @@
+"""``leases archive`` underneath (kubectl_runs/archive/store.py, reader.py): closed leases only, each once
+whatever is re-archived, months merged across runs, --before, and every listed lease read back exactly;
+``verify`` and ``open_archive`` name a damaged file."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from archive_fleets import history, with_uid
+from builders import T0, lease
+
+from kubectl_runs.archive import reader, store
+from kubectl_runs.archive.manifest import ArchiveError
+from kubectl_runs.timeutil import EARLIEST, LATEST
+
+AT = T0 + timedelta(days=31)
+
+
+def everything(directory: Path) -> list:
+    return reader.leases_between([reader.open_archive(directory)], EARLIEST, LATEST)
+
+
+def held(leases) -> dict:
+    """Closed leases that held GPUs, by key: what an archive read over all time returns."""
+    return {(x.metadata.namespace, x.metadata.name, x.metadata.uid): x for x in leases
+            if x.status.closed and x.status.ended is not None and x.status.ended > x.spec.start}
+
+
+def test_closed_leases_in_months_each_once(tmp_path):
+    leases = history(1, 300)
+    result = store.archive(tmp_path / "a", leases, archived_at=AT, gpus={"H100": 48})
+    closed = [x for x in leases if x.status.closed]
+    assert result.added == len(closed) and result.open == len(leases) - len(closed) and result.already == 0
+    manifest = result.manifest
+    assert manifest.leases == len(closed)
+    assert [p.month for p in manifest.partitions] == sorted({x.spec.start.strftime("%Y-%m") for x in closed})
+    for part in manifest.partitions:
+        assert (tmp_path / "a" / part.file).exists()
+    back = everything(tmp_path / "a")
+    assert {(x.metadata.namespace, x.metadata.name, x.metadata.uid): x for x in back} == held(leases)
+    assert manifest.runs[-1].gpus == {"H100": 48} and manifest.runs[-1].added == len(closed)
+
+    again = store.archive(tmp_path / "a", leases, archived_at=AT, gpus={"H100": 48})
+    assert (again.added, again.already, again.months) == (0, len(closed), ())
+    assert again.manifest == manifest  # nothing rewritten, not even the manifest
+
+
+def test_later_runs_merge_into_the_months(tmp_path):
+    first, second = history(2, 200, prefix="a"), history(3, 200, prefix="b")
+    store.archive(tmp_path / "a", first, archived_at=AT)
+    result = store.archive(tmp_path / "a", first[:50] + second, archived_at=AT)
+    closed_second = [x for x in second if x.status.closed]
+    assert result.added == len(closed_second)
+    assert result.already == len([x for x in first[:50] if x.status.closed])
+    assert result.manifest.generation == 2
+    back = everything(tmp_path / "a")
+    assert len(back) == len(held(first + second))
+    assert {(x.metadata.namespace, x.metadata.name, x.metadata.uid): x for x in back} == held(first + second)
+    # one file per month, the replaced ones deleted
+    files = sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*.parquet"))
+    assert files == sorted(p.file for p in result.manifest.partitions)
+    assert not reader.verify(tmp_path / "a").problems
+
+
+def test_a_new_uid_is_a_new_lease(tmp_path):
+    a = lease("x", ended=T0 + timedelta(hours=1))
+    store.archive(tmp_path / "a", [with_uid(a, "u1")], archived_at=AT)
+    result = store.archive(tmp_path / "a", [with_uid(a, "u1"), with_uid(a, "u2")], archived_at=AT)
+    assert (result.added, result.already, result.manifest.leases) == (1, 1, 2)
+
+
+def test_before_keeps_leases_that_ended_later(tmp_path):
+    leases = history(4, 200)
+    cut = T0 - timedelta(days=30)
+    result = store.archive(tmp_path / "a", leases, archived_at=AT, before=cut)
+    ended_before = [x for x in leases if x.status.closed and (x.status.ended or x.spec.start) < cut]
+    assert result.added == len(ended_before)
+    assert result.later == len([x for x in leases if x.status.closed]) - len(ended_before)
+    assert result.manifest.runs[-1].before == cut
+    assert all(x.status.ended < cut for x in everything(tmp_path / "a"))
+
+
+def test_leases_between_prunes_to_the_window(tmp_path):
+    leases = history(5, 400)
+    store.archive(tmp_path / "a", leases, archived_at=AT)
+    arch = reader.open_archive(tmp_path / "a")
+    lo, hi = T0 - timedelta(days=20), T0 - timedelta(days=10)
+    got = reader.leases_between([arch], lo, hi)
+    want = [x for x in held(leases).values() if x.spec.start < hi and x.status.ended > lo]
+    assert sorted(x.key for x in got) == sorted(x.key for x in want)
+    assert len(arch.files(lo, hi)) < len(arch.manifest.partitions)
+    # a key read live is not read again; two archives holding a lease give it once
+    store.archive(tmp_path / "b", leases[:100], archived_at=AT)
+    both = reader.leases_between([arch, reader.open_archive(tmp_path / "b")], lo, hi,
+                                 skip={(want[0].metadata.namespace, want[0].metadata.name, want[0].metadata.uid)})
+    assert sorted(x.key for x in both) == sorted(x.key for x in want[1:])
+
+
+def test_a_directory_that_is_not_ours_is_refused(tmp_path):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(ArchiveError, match=r"other: not a lease archive \(no manifest.json\) and not empty: holds notes.txt"):
+        store.archive(tmp_path / "other", history(1, 5), archived_at=AT)
+    with pytest.raises(ArchiveError, match="no such directory"):
+        reader.open_archive(tmp_path / "missing")
+    with pytest.raises(ArchiveError, match=r"manifest.json: not found"):
+        reader.open_archive(tmp_path / "other")
+
+
+def damaged(tmp_path, change) -> Path:
+    directory = tmp_path / "a"
+    store.archive(directory, history(6, 120), archived_at=AT)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    change(directory, manifest)
+    return directory
+
+
+def test_a_truncated_file_is_named(tmp_path):
+    def cut(directory, manifest):
+        file = directory / manifest["partitions"][1]["file"]
+        file.write_bytes(file.read_bytes()[:-40])
+
+    directory = damaged(tmp_path, cut)
+    with pytest.raises(ArchiveError, match=r"leases-000001.parquet: \d+ bytes; the manifest says \d+ \(truncated"):
+        reader.open_archive(directory)
+    assert "truncated" in reader.verify(directory).problems[0]
+
+
+def test_a_missing_file_is_a_half_written_partition(tmp_path):
+    def drop(directory, manifest):
+        (directory / manifest["partitions"][0]["file"]).unlink()
+
+    directory = damaged(tmp_path, drop)
+    with pytest.raises(ArchiveError, match=r"missing: the manifest lists it \(partition \d{4}-\d{2} is incomplete\)"):
+        reader.open_archive(directory)
+
+
+def test_a_file_of_another_schema_version_is_named(tmp_path):
+    import duckdb
+
+    def other_version(directory, manifest):
+        part = manifest["partitions"][0]
+        file = directory / part["file"]
+        con = duckdb.connect()
+        con.execute(f"COPY (SELECT * FROM read_parquet('{file}')) TO '{file}.x' (FORMAT parquet, "
+                    "KV_METADATA {'kubectl-runs.lease-archive.schema-version': '2'})")
+        Path(f"{file}.x").replace(file)
+        part["bytes"] = file.stat().st_size
+        part["sha256"] = store.sha256(file)
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+
+    directory = damaged(tmp_path, other_version)
+    with pytest.raises(ArchiveError, match=r"leases-000001.parquet: schema version 2; this kubectl-runs reads version 1"):
+        reader.open_archive(directory)
+
+
+def test_a_manifest_of_another_version_or_garbage_is_named(tmp_path):
+    def newer(directory, manifest):
+        manifest["schemaVersion"] = 2
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+
+    directory = damaged(tmp_path, newer)
+    with pytest.raises(ArchiveError, match=r"manifest.json: schema version 2; this kubectl-runs reads version 1"):
+        reader.open_archive(directory)
+    (directory / "manifest.json").write_text("{not json")
+    with pytest.raises(ArchiveError, match=r"manifest.json: not a lease archive manifest"):
+        store.archive(directory, [], archived_at=AT)
+
+
+def test_verify_checks_checksums_and_names_strays(tmp_path):
+    def flip(directory, manifest):
+        file = directory / manifest["partitions"][0]["file"]
+        data = bytearray(file.read_bytes())
+        data[10] ^= 0xFF
+        file.write_bytes(bytes(data))
+        (directory / "month=2025-11" / ".leases-000009.parquet.tmp").write_bytes(b"half")
+
+    directory = damaged(tmp_path, flip)
+    verified = reader.verify(directory)
+    assert len(verified.problems) == 1 and "SHA-256 differs" in verified.problems[0]
+    assert verified.stray == ["month=2025-11/.leases-000009.parquet.tmp"]
+
+
+def test_rows_are_sorted_by_start_in_each_file(tmp_path):
+    import duckdb
+
+    result = store.archive(tmp_path / "a", history(7, 300), archived_at=AT)
+    con = duckdb.connect()
+    for part in result.manifest.partitions:
+        starts = [s for (s,) in con.execute(
+            f"SELECT epoch_us(start) FROM read_parquet('{tmp_path / 'a' / part.file}')").fetchall()]
+        assert starts == sorted(starts)
+    kv = con.execute(f"SELECT value FROM parquet_kv_metadata('{tmp_path / 'a' / part.file}')").fetchall()
+    assert (b"1",) in kv
+    assert msgspec.json.decode((tmp_path / "a" / "manifest.json").read_bytes())["format"] == "kubectl-runs/lease-archive"

@@ -220,7 +220,7 @@ def _rows(win: Window, by: tuple[str, ...], selected: list[int] | None) -> list[
     peaks = key_peaks(keys, groups, starts, ends, weights)
     rows = []
     for key, idx in groups.items():
-        total = sum(map(seconds.__getitem__, idx))
+        total = sum(seconds) if len(idx) == len(seconds) else sum(map(seconds.__getitem__, idx))
         rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=total, leases=len(idx), peak_gpus=peaks[key]))
     rows.sort(key=lambda r: (-r.gpu_seconds, r.key))
     return rows

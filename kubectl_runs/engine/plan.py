@@ -21,6 +21,7 @@ Pure: the snapshot is never changed, ``at`` is an argument.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -150,14 +151,7 @@ def open_ledger(snapshot: Snapshot, at: datetime) -> tuple[list[GPULease], Ledge
     ``ledger(snapshot, at)`` (closed leases only add GPU-hours, which a plan does not read), at a fraction of
     the cost on a fleet with a long history."""
     leases = open_leases(snapshot, at)
-    current = Snapshot(
-        nodes=snapshot.nodes,
-        budgets=snapshot.budgets,
-        runs=snapshot.runs,
-        reservations=snapshot.reservations,
-        leases=tuple(leases),
-        taken_at=snapshot.taken_at,
-    )
+    current = dataclasses.replace(snapshot, leases=tuple(leases), notes=())
     return leases, ledger(current, at)
 
 

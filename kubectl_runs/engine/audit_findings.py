@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 from itertools import accumulate, compress, count, groupby, islice, takewhile
-from operator import attrgetter, le, neg
+from operator import attrgetter, le, lt, neg
 
 from ..model import GPULease, Snapshot
 from ..text import counted
@@ -56,9 +56,77 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Fin
                     continue
                 out.append(_unknown_node(lease, unknown))
     for entries in per_node.values():
-        if _node_may_double_book(win, entries, members):
+        piled = _piled_up(win, entries, members)
+        if piled is not None:
+            out.extend(piled)
+        elif _node_may_double_book(win, entries, members):
             out.extend(_double_booked(win, [(node_slots, members[i]) for i, node_slots in entries]))
     return out
+
+
+def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> list[Finding] | None:
+    """The DoubleBooked findings of a node whose leases are all held at one common instant (the last start
+    comes before the first end: the usual pile-up), or None when they are not.
+
+    Then every group of slots held by exactly the same slot lists (an *atom*, as in ``_double_booked``) that
+    two or more leases hold has exactly one episode — from the second start to the second-latest end of its
+    leases, involving all of them — and atoms never share one (different slot lists, different leases). So
+    each finding comes from a few numbers per slot list (its first leases by start and name, its two latest
+    ends), without a pass over the node's leases per atom."""
+    starts, ends = win.starts, win.ends
+    node_idx = [i for list_id, _slots in entries for i in members[list_id]]
+    if len(node_idx) < 2:
+        return []
+    if max(map(starts.__getitem__, node_idx)) >= min(map(ends.__getitem__, node_idx)):
+        return None
+    order = _by_start_and_name(win, node_idx)
+    rank = dict(zip(order, count()))
+    firsts: list[list[int]] = []  # per entry: the ranks of its first 4 leases
+    latest: list[list[float]] = []  # per entry: its 2 latest ends
+    holders: dict[str, list[int]] = {}
+    for n, (list_id, slots) in enumerate(entries):
+        idx = members[list_id]
+        if len(idx) == 1:
+            firsts.append([rank[idx[0]]])
+            latest.append([ends[idx[0]]])
+        else:
+            firsts.append(sorted(map(rank.__getitem__, idx))[:4])
+            latest.append(sorted(map(ends.__getitem__, idx))[-2:])
+        for slot in slots:
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
+    leases = win.leases
+    out = []
+    for lists, slots in atoms.items():
+        if len(lists) == 1:
+            held = len(members[entries[lists[0]][0]])
+            if held < 2:
+                continue
+            ranks, two = firsts[lists[0]], latest[lists[0]]
+        else:
+            held = sum(len(members[entries[n][0]]) for n in lists)
+            ranks = sorted(r for n in lists for r in firsts[n])[:4]
+            two = sorted(e for n in lists for e in latest[n])[-2:]
+        ordered = [leases[order[r]] for r in ranks]
+        out.append(_double_booked_said(starts[order[ranks[1]]], two[0], held, ordered, slots))
+    return out
+
+
+def _by_start_and_name(win: Window, idx: list[int]) -> list[int]:
+    """These leases in order of their own start (not clipped to the window), then of namespace/name."""
+    begin = win.column("begin")
+    order = sorted(idx, key=begin.__getitem__)
+    at = list(map(begin.__getitem__, order))
+    if not all(map(lt, at, islice(at, 1, None))):  # equal starts: by name among them
+        leases = win.leases
+        order.sort(key=lambda i: (begin[i], leases[i].key))
+    return order
 
 
 def _node_may_double_book(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> bool:
@@ -240,20 +308,25 @@ def _episodes_swept(order: list[int], begun: list[float], done: list[float]) -> 
 
 
 def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[int, ...], slots: list[str]) -> Finding:
-    """One episode on one node's slots: named after the lease that made the slots double-booked (the second of
-    the leases involved, by start then name), with the count of leases and the first few others named."""
-    ordered = _first_by_start(win, involved, 4)
+    """One episode on one node's slots (see ``_double_booked_said``)."""
+    return _double_booked_said(lo, hi, len(involved), _first_by_start(win, involved, 4), slots)
+
+
+def _double_booked_said(lo: float, hi: float, held: int, ordered: list[GPULease], slots: list[str]) -> Finding:
+    """One episode on one node's slots, held by ``held`` leases of which ``ordered`` are the first (up to 4) by
+    start then name: named after the lease that made the slots double-booked (the second), with the count of
+    leases and the first few others named."""
     lease = ordered[1]
     others = [ordered[0], *ordered[2:]]
-    held = _slot_list(sorted(slots, key=split_slot))
-    if len(involved) == 2:
-        detail = (f"holds {held} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+    said = _slot_list(sorted(slots, key=split_slot))
+    if held == 2:
+        detail = (f"holds {said} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
                   "close the lease that is not running there")
     else:
         named = [x.key for x in others[:3]]
-        more = len(involved) - 1 - len(named)
+        more = held - 1 - len(named)
         names = f"{', '.join(named)} and {more} more" if more else f"{', '.join(named[:-1])} and {named[-1]}"
-        detail = (f"holds {held} at once with {len(involved) - 1} other leases from {_iso(lo)} to {_iso(hi)} "
+        detail = (f"holds {said} at once with {held - 1} other leases from {_iso(lo)} to {_iso(hi)} "
                   f"({names}): one slot is one GPU; close the leases that are not running there")
     return Finding(fk.DOUBLE_BOOKED, lease.key, detail, namespace=lease.metadata.namespace)
 

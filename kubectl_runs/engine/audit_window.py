@@ -9,13 +9,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import accumulate, count
-from operator import attrgetter, mul, neg, sub
+from itertools import accumulate, compress, count, repeat
+from operator import attrgetter, eq, mul, neg, sub
 
 from ..model import GPULease, GPULeaseSpec, PaidBy
 
 # Above this many keys, peaks come from one sweep over every event instead of one sort per key.
 _MANY_KEYS = 2000
+# Up to this many distinct keys, group_indices makes one comparison pass per key.
+_FEW_KEYS = 8
 
 
 @dataclass
@@ -33,8 +35,8 @@ class Window:
     _columns: dict[str, list] = field(default_factory=dict)
 
     def column(self, name: str) -> list:
-        """One field of every window lease (``owner``, ``flavor``, ``run_namespace``, ``run_name``, ``paid_by``),
-        extracted once at C speed."""
+        """One field of every window lease (``owner``, ``flavor``, ``run_namespace``, ``run_name``, ``paid_by``;
+        ``start`` and, in epoch seconds, ``begin``: the lease's own start, not clipped), extracted once."""
         found = self._columns.get(name)
         if found is None:
             found = self._columns[name] = list(map(_GETTERS[name], self.specs))
@@ -68,6 +70,7 @@ class Window:
 
 _GETTERS = {
     "start": attrgetter("start"),
+    "begin": lambda spec: spec.start.timestamp(),  # the lease's own start in epoch seconds (not clipped)
     "owner": attrgetter("owner"),
     "flavor": attrgetter("flavor"),
     "run_namespace": attrgetter("run_ref.namespace"),
@@ -93,6 +96,7 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     paid_by: list[PaidBy | None] = []
     run_namespaces: list[str] = []
     run_names: list[str] = []
+    begins: list[float] = []
     for i in candidates:
         lease = leases[i]
         spec = lease.spec
@@ -110,6 +114,7 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
         else:
             end = hi
         begin = start.timestamp()
+        begins.append(begin)
         kept.append(lease)
         specs.append(spec)
         starts.append(begin if begin > lo else lo)
@@ -121,7 +126,7 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
         run_namespaces.append(ref.namespace)
         run_names.append(ref.name)
     win.gpus = list(map(len, slots))
-    win._columns.update(owner=owners, paid_by=paid_by, run_namespace=run_namespaces, run_name=run_names)
+    win._columns.update(owner=owners, paid_by=paid_by, run_namespace=run_namespaces, run_name=run_names, begin=begins)
     return win
 
 
@@ -145,6 +150,8 @@ def peak(starts: Sequence[float], ends: Sequence[float], gpus: Sequence[int]) ->
         return 0
     if len(starts) == 1:
         return gpus[0]
+    if max(starts) < min(ends):  # all held at one common instant (the last start is before the first end)
+        return sum(gpus)
     times = list(ends)
     times += starts
     deltas = list(map(neg, gpus))
@@ -157,6 +164,8 @@ def key_peaks(keys: list, groups: dict, win_starts: list[float], win_ends: list[
     """Peak GPUs per key; ``groups`` maps each key to the entry indices of ``keys``/``weights``, whose
     intervals are ``win_starts``/``win_ends`` (entries, not leases: with ``--by node`` a lease on two nodes is
     two entries)."""
+    if len(groups) == 1 and len(next(iter(groups.values()))) == len(keys):  # one key: every entry
+        return {next(iter(groups)): peak(win_starts, win_ends, weights)}
     if len(groups) <= _MANY_KEYS:
         out = {}
         for key, idx in groups.items():
@@ -186,7 +195,16 @@ def key_peaks(keys: list, groups: dict, win_starts: list[float], win_ends: list[
 
 
 def group_indices(keys: Iterable) -> dict:
-    """key -> the indices where it occurs, in order."""
+    """key -> the indices where it occurs, in order; the keys in the order they first occur.
+
+    A window usually has few distinct keys per dimension (owners, envelopes, flavors): each key's indices then
+    come from one C-level comparison pass over the keys instead of a Python step per entry."""
+    keys = keys if isinstance(keys, list) else list(keys)
+    distinct = dict.fromkeys(keys)
+    if len(distinct) == 1:
+        return {next(iter(distinct)): list(range(len(keys)))}
+    if len(distinct) <= _FEW_KEYS:
+        return {key: list(compress(count(), map(eq, keys, repeat(key)))) for key in distinct}
     groups: defaultdict = defaultdict(list)
     for i, key in enumerate(keys):
         groups[key].append(i)

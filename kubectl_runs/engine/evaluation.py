@@ -20,6 +20,7 @@ is an argument; an Evaluation is used by one thread at a time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -45,15 +46,7 @@ def open_book(snapshot: Snapshot, leases: Sequence[GPULease], at: datetime) -> L
     """The ledger of just the open ``leases``: the same headroom, classes and findings as ``ledger(snapshot,
     at)`` (closed leases only add GPU-hours, which a plan does not read), at a fraction of the cost on a fleet
     with a long history."""
-    current = Snapshot(
-        nodes=snapshot.nodes,
-        budgets=snapshot.budgets,
-        runs=snapshot.runs,
-        reservations=snapshot.reservations,
-        leases=tuple(leases),
-        taken_at=snapshot.taken_at,
-    )
-    return ledger(current, at)
+    return ledger(dataclasses.replace(snapshot, leases=tuple(leases), notes=()), at)
 
 
 class Evaluation:

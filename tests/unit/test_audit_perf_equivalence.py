@@ -199,7 +199,9 @@ def _iso(epoch: float) -> str:
 def fleets(draw):
     """Budget team/b (org:team): west funds 2-8 GPUs, lends to org:* up to 2 when lending is drawn, closes at a
     drawn hour; east funds 4; an aggregate cap over both is drawn or not. Leases of team and ext hold 1-3 slots on
-    n1-n3 (sometimes on "gone", or slot #5 of a 4-GPU node), paid by west, east, a missing envelope, or nothing."""
+    n1-n3 (sometimes on "gone", or slot #5 of a 4-GPU node), paid by west, east, a missing envelope, or nothing. Half
+    the fleets are pile-ups (see below): the path of engine/audit_findings.py for a node whose leases are all held
+    at one instant."""
     lending = draw(st.sampled_from([None, {"allow": True, "to": ["org:*"], "maxConcurrency": 2}, {"allow": False}]))
     envelopes = [
         envelope("west", concurrency=draw(st.integers(2, 8)), start=at(hours=0),
@@ -213,12 +215,18 @@ def fleets(draw):
     if draw(st.booleans()):
         objects.append(budget("c", "team", owner="org:team:twin"))  # two owners: team is unbound
     leases = []
+    # A pile-up: every lease starts within a few hours (often the same hour) and is held long, so a node's leases
+    # are usually all held at one instant, by many different slot lists (some on two nodes).
+    pile = draw(st.booleans())
     for i in range(draw(st.integers(0, 18))):
         node_name = draw(st.sampled_from((*NODES, "n1", "n2", "gone")))
         first = draw(st.integers(0, 3))
         count = draw(st.integers(1, 3 if node_name != "gone" else 1))
         slot_list = [f"{node_name}#{k}" for k in range(first, first + count)]  # may run past #3: not a slot
-        start = draw(st.integers(0, 190))
+        if pile and node_name != "gone" and draw(st.integers(0, 4)) == 0:
+            slot_list.append(f"{draw(st.sampled_from(NODES))}#{draw(st.integers(0, 3))}")  # a second node (or a repeat)
+            slot_list = list(dict.fromkeys(slot_list))
+        start = draw(st.integers(100, 103)) if pile else draw(st.integers(0, 190))
         closed = draw(st.booleans())
         leases.append(lease(
             f"l{i:02d}", draw(st.sampled_from(("team", "team", "ext"))),
@@ -227,14 +235,14 @@ def fleets(draw):
             paid_by=draw(st.sampled_from([("team", "b", "west"), ("team", "b", "west"), ("team", "b", "east"),
                                           ("team", "b", "gone"), None])),
             start=at(hours=start),
-            ended=at(hours=start + draw(st.integers(0, 80))) if closed else None,
+            ended=at(hours=start + draw(st.integers(50, 90) if pile else st.integers(0, 80))) if closed else None,
             closure_reason=draw(st.sampled_from([None, "Completed", "RunDeleted", "NodeFailure"])) if closed else None,
             flavor=draw(st.sampled_from(("H100", "MI300X"))),
         ))
     objects.extend(leases)
     known = [x for x in leases if draw(st.integers(0, 5))]  # most runs exist
     objects.extend(run(x.spec.run_ref.name, x.spec.run_ref.namespace) for x in known)
-    since = draw(st.integers(0, 180))
+    since = draw(st.integers(90, 110)) if pile and draw(st.booleans()) else draw(st.integers(0, 180))
     until = draw(st.integers(since + 1, 260))
     by = draw(st.sampled_from(DIMENSION_SETS))
     namespace = draw(st.sampled_from([None, None, "team", "ext"]))

@@ -61,6 +61,23 @@ def archived(directory) -> list[tuple[str, str, str]]:
     return sorted((x.metadata.namespace, x.metadata.name, x.metadata.uid) for x in got)
 
 
+USED: list[str] = []  # namespaces this module put leases in
+
+
+@pytest.fixture(autouse=True)
+def cleaned(cluster):
+    """The session's cluster is shared with the other live tests, which read the example fleet: every lease
+    this module creates is deleted again after each test (namespaces cannot be: no namespace controller runs)."""
+    yield
+    while USED:
+        cluster.kubectl("delete", "gpuleases.jobtree.dev", "--all", "-n", USED.pop(), "--wait=false")
+
+
+def put(cluster, namespace: str, closed: int, open_: int) -> None:
+    USED.append(namespace)
+    upload(cluster, leases(namespace, closed, open_))
+
+
 @pytest.fixture(scope="module")
 def archiver(cluster, tmp_path_factory):
     cluster.kubectl("apply", "-k", str(ROOT / "deploy" / "overlays" / "lease-archive"))
@@ -83,7 +100,7 @@ def test_the_archiver_may_read_and_delete_leases_and_nothing_else(cluster, archi
 
 def test_prune_deletes_only_archived_closed_leases(cluster, archiver, tmp_path):
     namespace = "archive-live"
-    upload(cluster, leases(namespace, closed=10, open_=3))
+    put(cluster, namespace, closed=10, open_=3)
     audit_args = ("leases", "audit", "-n", namespace, "--at", AT, "--since", "2025-09-01", "-o", "json")
     before = plugin(archiver, *audit_args)
     assert before.returncode == 0, before.stderr
@@ -103,7 +120,7 @@ def test_prune_deletes_only_archived_closed_leases(cluster, archiver, tmp_path):
 @pytest.mark.parametrize("crash", ["done", "deleted:1", "deleted:6"])
 def test_killed_between_write_and_delete_loses_and_doubles_nothing(cluster, archiver, tmp_path, crash):
     namespace = f"archive-kill-{crash.replace(':', '-')}"
-    upload(cluster, leases(namespace, closed=8, open_=2))
+    put(cluster, namespace, closed=8, open_=2)
     audit_args = ("leases", "audit", "-n", namespace, "--at", AT, "--since", "2025-09-01", "-o", "json")
     before = plugin(archiver, *audit_args)
     names = live_names(cluster, namespace)
@@ -130,7 +147,7 @@ def test_killed_between_write_and_delete_loses_and_doubles_nothing(cluster, arch
 
 def test_prune_needs_delete_rights_and_a_cluster(cluster, tmp_path):
     namespace = "archive-noperm"
-    upload(cluster, leases(namespace, closed=2, open_=0))
+    put(cluster, namespace, closed=2, open_=0)
     cluster.kubectl("create", "rolebinding", "reader-reads", "-n", namespace, "--clusterrole=kubectl-runs-reader",
                     "--user=reader")
     done = plugin(cluster.kubeconfig_for("reader"), "leases", "archive", "-n", namespace, "--to",

@@ -197,3 +197,11 @@ def test_rows_are_sorted_by_start_in_each_file(tmp_path):
     kv = con.execute(f"SELECT value FROM parquet_kv_metadata('{tmp_path / 'a' / part.file}')").fetchall()
     assert (b"1",) in kv
     assert msgspec.json.decode((tmp_path / "a" / "manifest.json").read_bytes())["format"] == "kubectl-runs/lease-archive"
+
+
+def test_an_archive_that_received_nothing_is_an_empty_archive(tmp_path):
+    result = store.archive(tmp_path / "a", [lease("open-one")], archived_at=AT)
+    assert (result.added, result.open, result.manifest.generation) == (0, 1, 0)
+    assert reader.open_archive(tmp_path / "a").manifest.leases == 0
+    assert everything(tmp_path / "a") == []
+    assert not reader.verify(tmp_path / "a").problems

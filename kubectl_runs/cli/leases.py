@@ -124,12 +124,16 @@ def _time(text: str, at: datetime, flag: str) -> datetime:
               "of start, with a manifest. Leases already there are not written again.")
 @click.option("--before", metavar="TIME",
               help="Only leases that ended before TIME: RFC 3339, a date, or a duration back from --at (30d).")
+@click.option("--prune", is_flag=True,
+              help="Then delete from the cluster the closed leases the archive holds (each re-read from the archive "
+              "and compared first; never an open lease). Needs delete on gpuleases (deploy/overlays/lease-archive).")
 @click.option("--verify", "verify", metavar="DIR",
               help="Check the archive at DIR: every file the manifest lists, its size, checksum, schema version, "
               "row count and time range. Exit code 1 when anything differs.")
 @global_options
 @click.pass_context
-def archive_command(ctx: click.Context, to: str | None, before: str | None, verify: str | None) -> int:
+def archive_command(ctx: click.Context, to: str | None, before: str | None, prune: bool,
+                    verify: str | None) -> int:
     """Keep closed leases in a columnar archive (Parquet) that audits read with --archive.
 
     Reads leases from the cluster or --snapshot; only closed leases are archived, each once (keyed by
@@ -147,9 +151,11 @@ def archive_command(ctx: click.Context, to: str | None, before: str | None, veri
     if (to is None) == (verify is None):
         raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
     if verify is not None:
-        if before is not None:
-            raise UsageError("--before goes with --to, not --verify")
+        if before is not None or prune:
+            raise UsageError(f"{'--before' if before is not None else '--prune'} goes with --to, not --verify")
         return _verify(opts, verify, fmt)
+    if prune and opts.snapshots:
+        raise UsageError("--prune deletes leases from the cluster: it cannot be used with --snapshot")
     from ..archive import store, summary
 
     snapshot = opts.load(opts.report_namespace())
@@ -163,8 +169,24 @@ def archive_command(ctx: click.Context, to: str | None, before: str | None, veri
     finally:
         if paused:
             gc.enable()
-    opts.print(archive_document(summary.archive_report(result)), fmt)
+    pruned, left = 0, []
+    if prune:
+        pruned, left = _prune(opts, result.directory, snapshot.leases, limit)
+    opts.print(archive_document(summary.archive_report(result, pruned, left)), fmt)
     return int(ExitCode.OK)
+
+
+def _prune(opts: GlobalOptions, directory: Path, leases, before: datetime | None) -> tuple[int, list[str]]:
+    """Delete the closed leases (ended before ``before``) that the archive, re-read now, holds unchanged."""
+    from ..archive import prune, reader, store
+    from ..sources.cluster import delete_leases
+
+    candidates = [x for x in leases if x.status.closed
+                  and (before is None or (x.status.ended or x.spec.start) < before)]
+    victims = prune.prunable(reader.open_archive(directory), candidates)
+    deleted, gone, changed = delete_leases(opts.source(opts.report_namespace()), victims,
+                                           after_each=lambda: store.crash_point("deleted"))
+    return deleted, gone + changed
 
 
 def _verify(opts: GlobalOptions, directory: str, fmt: str) -> int:

@@ -250,6 +250,8 @@ class ArchiveReport(Value):
     ended_after_before: int  # closed leases left out because they ended at or after --before
     months: list[str]  # the months whose file this run rewrote
     removed: list[str]  # files of replaced or interrupted runs deleted
+    pruned: int  # leases deleted from the cluster (--prune): each re-read from the archive first
+    prune_left: list[str]  # leases --prune left in the cluster: gone already, or changed since they were read
     generation: int
     leases: int  # leases in the archive
     first_start: str | None

@@ -8,13 +8,13 @@ described by ``Column``s (plus summary lines before it and further sections afte
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
+from . import json_text
 from .errors import UsageError
 
 TABLE, WIDE, JSON, YAML, CSV = "table", "wide", "json", "yaml", "csv"
@@ -80,7 +80,7 @@ def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: b
     for note in doc.notes:
         err.write(f"warning: {note}\n")
     if fmt == JSON:
-        out.write(json.dumps(doc.data, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+        out.write(json_text.dumps(doc.data, _json_default) + "\n")  # json.dumps(indent=2, ensure_ascii=False)
     elif fmt == YAML:
         import yaml
 

@@ -74,6 +74,7 @@ class Document:
     sections: Sequence[Section] = ()
     empty: str | None = None  # said on stderr when there are no rows (kubectl's "No resources found")
     notes: list[str] = field(default_factory=list)  # warnings for stderr
+    flat: Section | None = None  # what CSV writes instead of the table's rows, when the table is not flat
 
 
 def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: bool = False) -> None:
@@ -194,10 +195,11 @@ def _shown(column: Column, row: Any) -> str:
 
 def _write_csv(doc: Document, out: IO[str], no_headers: bool) -> None:
     writer = csv.writer(out, lineterminator="\n")
+    rows, columns = (doc.flat.rows, doc.flat.columns) if doc.flat is not None else (doc.rows, doc.columns)
     if not no_headers:
-        writer.writerow([c.header for c in doc.columns])
-    for row in doc.rows:
-        writer.writerow([_csv_cell(c.value(row)) for c in doc.columns])
+        writer.writerow([c.header for c in columns])
+    for row in rows:
+        writer.writerow([_csv_cell(c.value(row)) for c in columns])
 
 
 def _csv_cell(value: Any) -> Any:

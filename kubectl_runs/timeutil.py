@@ -7,8 +7,26 @@ from datetime import UTC, datetime, timedelta
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # times users give; room left on both sides for arithmetic
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(\s*)([a-z]*)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+BACK_UNITS = ("s", "m", "h", "d", "w")  # a duration back from --at: 7d, 24h, 90m (a space may come first)
+TIMEOUT_UNITS = ("ms", "s", "m", "h")  # a request timeout as kubectl reads it: 0, 30, 30s, 2m
+
+
+def duration_seconds(text: str, units: tuple[str, ...], *, bare: bool = False, spaced: bool = False) -> float | None:
+    """The one duration parser: ``NUMBER UNIT`` in seconds, for a unit of ``units``; a bare number (seconds) only
+    when ``bare``, a space before the unit only when ``spaced``; None when ``text`` is not such a duration."""
+    match = _DURATION.match(text)
+    if not match:
+        return None
+    number, space, unit = match.groups()
+    if space and not spaced:
+        return None
+    if not unit:
+        return float(number) if bare and not space else None
+    if unit not in units:
+        return None
+    return float(number) * _UNIT_SECONDS[unit]
 
 
 def parse_time(text: str, *, now: datetime | None = None, flag: str = "--at") -> datetime:
@@ -17,10 +35,10 @@ def parse_time(text: str, *, now: datetime | None = None, flag: str = "--at") ->
     value = text.strip()
     if value == "now" and now is not None:
         return now
-    match = _RELATIVE.match(value)
-    if match and now is not None:
+    seconds = duration_seconds(value, BACK_UNITS, spaced=True)
+    if seconds is not None and now is not None:
         try:
-            back = now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+            back = now - timedelta(seconds=seconds)
         except OverflowError:
             back = EARLIEST - timedelta(days=1)
         if back < EARLIEST:

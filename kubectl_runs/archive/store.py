@@ -168,6 +168,7 @@ def archive(
         rows.append(row)
 
     if not rows:
+        _keep_empty(directory)
         return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
     con = db.connect()
     staging = directory / STAGING
@@ -195,6 +196,7 @@ def archive(
     con.close()
     if not rewritten:
         remove([staging], directory)  # ours, of this run: not reported
+        _keep_empty(directory)
         return ArchiveResult(directory, manifest, 0, already, open_, later, (), tuple(removed))
 
     parts = tuple(partitions[m] for m in sorted(partitions))
@@ -213,6 +215,12 @@ def archive(
     remove([staging], directory)
     crash_point("done")
     return ArchiveResult(directory, new, added, already, open_, later, tuple(rewritten), tuple(removed))
+
+
+def _keep_empty(directory: Path) -> None:
+    """A new archive that received nothing is still an archive: an empty manifest (generation 0)."""
+    if not (directory / MANIFEST).exists():
+        write_manifest(directory, Manifest())
 
 
 # --- DuckDB ------------------------------------------------------------------------------------------------------

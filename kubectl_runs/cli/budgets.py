@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import click
 
 from ..engine.usage import budget_usage
 from ..render import REPORT_FORMATS
 from ..views.usage import usage_document
-from .options import GlobalOptions, global_options
+from .options import Command, GlobalOptions, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 
 @click.group("budgets")
@@ -21,7 +28,7 @@ def budgets() -> None:
 @click.option("--flavor", metavar="FLAVOR", help="Keep envelopes of this GPU flavor (e.g. H100-80GB).")
 @global_options
 @click.pass_context
-def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> None:
+def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> int:
     """Every envelope at one instant: GPUs used by class (owned, shared, borrowed), headroom, unfunded and
     spare GPUs, GPU-hours consumed in its window, aggregate caps, and findings.
 
@@ -31,12 +38,22 @@ def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> None:
       kubectl runs budgets usage --owner org:ai:rai --flavor H100-80GB -o wide
       kubectl runs budgets usage --snapshot fleet.json --at 2025-11-20T12:00:00Z -o csv
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(REPORT_FORMATS)
-    namespace = opts.report_namespace()
-    # Load every namespace: a lease in one namespace may be charged to an envelope in another, so -n narrows
-    # the rows after the ledger, never the arithmetic.
-    snapshot = opts.load(None)
-    at = opts.evaluation_time(snapshot)
-    report = budget_usage(snapshot, at, owner=owner, flavor=flavor, namespace=namespace)
-    opts.print(usage_document(report, namespace), fmt)
+    return UsageOptions(owner=owner, flavor=flavor).run(ctx)
+
+
+@dataclass
+class UsageOptions(Command):
+    owner: str | None = None
+    flavor: str | None = None
+    formats = REPORT_FORMATS
+
+    def complete(self, opts: GlobalOptions) -> None:
+        super().complete(opts)
+        self.namespace = opts.report_namespace()
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        # Every namespace is loaded: a lease in one namespace may be charged to an envelope in another, so -n
+        # narrows the rows after the ledger, never the arithmetic.
+        at = self.opts.evaluation_time(snapshot)
+        report = budget_usage(snapshot, at, owner=self.owner, flavor=self.flavor, namespace=self.namespace)
+        return usage_document(report, self.namespace)

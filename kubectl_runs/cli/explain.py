@@ -1,15 +1,22 @@
-"""``kubectl runs explain RUN``: everything about one run on one screen (API.md §5)."""
+"""``kubectl runs explain RUN``: everything about one run on one screen (API.md §5); ``explain workload NAME``
+and ``explain kaiwojob NAME``: Kueue's view of one pending workload (views/queues.py)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from ..engine.explain import explain_run
 from ..errors import UsageError, UserError
-from ..render import OBJECT_FORMATS
 from ..views.explain import explain_document
 from .completion import complete_runs
-from .options import GlobalOptions, global_options
+from .options import Command, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 # `explain workload NAME` / `explain kaiwojob NAME`: Kueue's view (views/queues.py), beside `explain RUN`.
 QUEUED_KINDS = {"workload": "Workload", "workloads": "Workload", "wl": "Workload", "kaiwojob": "KaiwoJob",
@@ -20,7 +27,7 @@ QUEUED_KINDS = {"workload": "Workload", "workloads": "Workload", "wl": "Workload
 @click.argument("words", metavar="RUN", nargs=-1, required=True, shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def explain(ctx: click.Context, words: tuple[str, ...]) -> None:
+def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
     borrowed, unfunded, and from which lenders), its plan (as `kubectl runs plan`), its reservation, its
     leases, and its preemption history — each preempting reservation with its seed, checked as
@@ -41,47 +48,58 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> None:
       kubectl runs explain workload a-eval-3 -n team-a
       kubectl runs explain kaiwojob mi-finetune -n team-b -o json
     """
-    opts = GlobalOptions.of(ctx)
     if len(words) == 2 and words[0].lower() in QUEUED_KINDS:
-        explain_queued(opts, *words)
-        return
+        return ExplainQueuedOptions(words[0].lower(), words[1]).run(ctx)
     if len(words) != 1:
         raise UsageError(f"explain takes RUN, or workload NAME, or kaiwojob NAME; got {' '.join(words)!r}")
-    run_name = words[0]
-    fmt = opts.output_format(OBJECT_FORMATS)
-    opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
-    snapshot = opts.load(None)
-    run = opts.find("run", run_name, snapshot.runs_by_key)
-    namespace = run.metadata.namespace
-    at = opts.evaluation_time(snapshot)
-    events = None
-    if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
-        from ..sources.cluster import recent_events
-
-        events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
-    info = explain_run(snapshot, run, at, events=events)
-    opts.print(explain_document(info, fmt), fmt)
+    return ExplainOptions(words[0]).run(ctx)
 
 
-def explain_queued(opts: GlobalOptions, kind_word: str, name: str) -> None:
-    """``explain workload NAME`` / ``explain kaiwojob NAME`` (called by ``explain`` with two words)."""
-    from ..kueue.explain import NoWorkload, explain_workload, workload_of_kaiwo
-    from ..views.queues import workload_document
+@dataclass
+class ExplainOptions(Command):
+    run_name: str
 
-    kind = QUEUED_KINDS[kind_word.lower()]
-    fmt = opts.output_format(OBJECT_FORMATS)
-    opts.object_ref(kind_word.lower(), name)
-    snapshot = opts.load(None, queues=True)
-    kaiwo = None
-    if kind == "Workload":
-        workload = opts.find("workload", name, {w.key: w for w in snapshot.queues.workloads})
-    else:
-        objects = snapshot.queues.kaiwo_jobs if kind == "KaiwoJob" else snapshot.queues.kaiwo_services
-        found = opts.find(kind.lower(), name, {o.key: o for o in objects})
-        try:
-            workload = workload_of_kaiwo(snapshot, kind, found.namespace, found.name)
-        except NoWorkload as exc:
-            raise UserError(str(exc)) from None
-        kaiwo = f"{kind} {found.key}"
-    info = explain_workload(snapshot, workload, kaiwo=kaiwo)
-    opts.print(workload_document(info, fmt), fmt)
+    def validate(self) -> None:
+        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        opts = self.opts
+        run = opts.find("run", self.run_name, snapshot.runs_by_key)
+        namespace = run.metadata.namespace
+        at = opts.evaluation_time(snapshot)
+        events = None
+        if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
+            from ..sources.cluster import recent_events
+
+            events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
+        return explain_document(explain_run(snapshot, run, at, events=events), self.fmt)
+
+
+@dataclass
+class ExplainQueuedOptions(Command):
+    """``explain workload NAME`` / ``explain kaiwojob NAME`` / ``explain kaiwoservice NAME``."""
+
+    kind_word: str
+    name: str
+    queues = True
+
+    def validate(self) -> None:
+        self.opts.object_ref(self.kind_word, self.name)
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..kueue.explain import NoWorkload, explain_workload, workload_of_kaiwo
+        from ..views.queues import workload_document
+
+        kind = QUEUED_KINDS[self.kind_word]
+        kaiwo = None
+        if kind == "Workload":
+            workload = self.opts.find("workload", self.name, {w.key: w for w in snapshot.queues.workloads})
+        else:
+            objects = snapshot.queues.kaiwo_jobs if kind == "KaiwoJob" else snapshot.queues.kaiwo_services
+            found = self.opts.find(kind.lower(), self.name, {o.key: o for o in objects})
+            try:
+                workload = workload_of_kaiwo(snapshot, kind, found.namespace, found.name)
+            except NoWorkload as exc:
+                raise UserError(str(exc)) from None
+            kaiwo = f"{kind} {found.key}"
+        return workload_document(explain_workload(snapshot, workload, kaiwo=kaiwo), self.fmt)

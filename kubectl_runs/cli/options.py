@@ -4,7 +4,6 @@ words: ``kubectl runs -o json budgets usage`` and ``kubectl runs budgets usage -
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,14 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import ExitCode, UsageError, UserError
-from ..timeutil import now_utc, parse_time
+from ..timeutil import TIMEOUT_UNITS, duration_seconds, now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
     from ..model import Snapshot
     from ..render import Document
     from ..sources import Source
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
 
 T = TypeVar("T")
@@ -122,13 +119,12 @@ class GlobalOptions:
         the flag is not given: the live source then applies its default connect and read timeouts."""
         if self.request_timeout is None:
             return None
-        match = _DURATION.match(self.request_timeout.strip())
-        if not match:
+        seconds = duration_seconds(self.request_timeout.strip(), TIMEOUT_UNITS, bare=True)
+        if seconds is None:
             raise UserError(
                 f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
             )
-        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-        return float(match.group(1)) * scale
+        return seconds
 
     def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False) -> Snapshot:
         from ..sources import load
@@ -160,6 +156,40 @@ class GlobalOptions:
         from ..render import render
 
         render(doc, fmt, sys.stdout, sys.stderr, no_headers=self.no_headers)
+
+
+class Command:
+    """A command's options as an object, run as kubectl runs its commands: ``complete`` fills in what the flags
+    leave open from the global options (output format, namespace), ``validate`` refuses what cannot work before
+    anything is loaded, and ``run`` is the one path every report takes — load the snapshot, ``evaluate`` it (the
+    engine, then the report's view), render the Document in the format asked for, and exit with ``exit_code``.
+    """
+
+    formats: tuple[str, ...] = ("table", "wide", "json", "yaml")  # the output formats it can print
+    queues = False  # live: read the Kueue and Kaiwo kinds (and Nodes) too
+    opts: GlobalOptions
+    fmt: str
+
+    def complete(self, opts: GlobalOptions) -> None:
+        self.opts = opts
+        self.fmt = opts.output_format(self.formats)
+
+    def validate(self) -> None:
+        """Refuse a bad combination of flags or a malformed name (usage errors, exit 2) before loading."""
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        raise NotImplementedError
+
+    def exit_code(self) -> int:
+        return int(ExitCode.OK)
+
+    def run(self, ctx: click.Context) -> int:
+        self.complete(GlobalOptions.of(ctx))
+        self.validate()
+        # every namespace: a report narrows its rows, never the arithmetic
+        snapshot = self.opts.load(None, queues=self.queues)
+        self.opts.print(self.evaluate(snapshot), self.fmt)
+        return self.exit_code()
 
 
 def _parse_at(text: str) -> datetime:

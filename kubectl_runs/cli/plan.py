@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import click
 
 from ..engine.plan import plan_run
 from ..errors import UserError
 from ..model import Run, Snapshot
-from ..render import OBJECT_FORMATS
 from ..views.plan import plan_document
 from .completion import complete_runs
-from .options import GlobalOptions, global_options
+from .options import Command, global_options
+
+if TYPE_CHECKING:
+    from ..render import Document
 
 
 @click.command("plan")
 @click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
 @global_options
 @click.pass_context
-def plan(ctx: click.Context, run_name: str) -> None:
+def plan(ctx: click.Context, run_name: str) -> int:
     """Why RUN is not starting, and what would fix it: the GPUs it needs, how many can be placed (free slots
     on schedulable nodes of its flavor, in whole groups per fabric domain) and funded (headroom of its own,
     its ancestors', its siblings' and its sponsors' envelopes), the deficits, the reasons, the remedies in the
@@ -33,14 +38,21 @@ def plan(ctx: click.Context, run_name: str) -> None:
       kubectl runs plan rai-sys/pretrain-32 -o json
       kubectl runs plan mi-sweep -n ai-platform --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(OBJECT_FORMATS)
-    opts.object_ref("run", run_name)  # a malformed name fails before anything is loaded
-    snapshot = opts.load(None)  # every namespace: ancestors, siblings and sponsors live elsewhere
-    run = opts.find("run", run_name, snapshot.runs_by_key)
-    at = opts.evaluation_time(snapshot)
-    result = plan_run(snapshot, run, at)
-    opts.print(plan_document(result, fmt), fmt)
+    return PlanOptions(run_name).run(ctx)
+
+
+@dataclass
+class PlanOptions(Command):
+    run_name: str
+
+    def validate(self) -> None:
+        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        # Every namespace is loaded: ancestors, siblings and sponsors live elsewhere.
+        run = self.opts.find("run", self.run_name, snapshot.runs_by_key)
+        at = self.opts.evaluation_time(snapshot)
+        return plan_document(plan_run(snapshot, run, at), self.fmt)
 
 
 def find_run(snapshot: Snapshot, namespace: str, name: str) -> Run:

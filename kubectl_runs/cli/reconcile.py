@@ -139,7 +139,7 @@ def _elector(make_api, namespace: str, name: str, identity: str, log):
 
     try:
         return LeaderElector(make_api(), namespace, name, identity, on_started_leading=started,
-                             on_stopped_leading=stopped)
+                             on_stopped_leading=stopped, log=log)
     except ValueError as exc:
         raise UsageError(f"leader election: {exc}") from None
 

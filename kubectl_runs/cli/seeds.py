@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import click
 
 from ..engine.lottery import is_activated
 from ..engine.verify import verify, verify_all
 from ..errors import ExitCode, UserError
-from ..render import OBJECT_FORMATS
 from ..views.verify import verify_document
 from .completion import complete_reservations
-from .options import GlobalOptions, global_options
+from .options import Command, GlobalOptions, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 
 @click.group("seeds")
@@ -38,24 +44,38 @@ def verify_command(ctx: click.Context, reservation: str | None) -> int:
       kubectl runs seeds verify rai-sys/pretrain-32-r1 -o json
       kubectl runs seeds verify --snapshot fleet.yaml
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(OBJECT_FORMATS)
-    # Victim leases live in any namespace, so everything readable is loaded and the reservations are
-    # narrowed here rather than by the source.
-    if reservation is not None:
-        opts.object_ref("reservation", reservation)  # a malformed name fails before anything is loaded
-        snapshot = opts.load(None)
-        found = opts.find("reservation", reservation, snapshot.reservations_by_key)
-        namespace = found.metadata.namespace
-        if not is_activated(found):
-            state = found.status.state or "Pending"
-            raise UserError(f"reservation {found.key} is not activated (state {state}): it has no draw to verify")
-        checks = [verify(found, snapshot.leases_by_key)]
-        where = namespace
-    else:
-        where = opts.report_namespace()
-        snapshot = opts.load(None)
-        checks = verify_all(snapshot, where)
-    at = opts.evaluation_time(snapshot)
-    opts.print(verify_document(checks, at, where), fmt)
-    return ExitCode.FAILED if any(not c.verified for c in checks) else ExitCode.OK
+    return VerifyOptions(reservation).run(ctx)
+
+
+@dataclass
+class VerifyOptions(Command):
+    reservation: str | None = None
+    differ: bool = False
+
+    def complete(self, opts: GlobalOptions) -> None:
+        super().complete(opts)
+        # Victim leases live in any namespace, so everything readable is loaded and the reservations are
+        # narrowed here rather than by the source.
+        self.namespace = None if self.reservation is not None else opts.report_namespace()
+
+    def validate(self) -> None:
+        if self.reservation is not None:
+            self.opts.object_ref("reservation", self.reservation)  # a malformed name fails before loading
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        where = self.namespace
+        if self.reservation is not None:
+            found = self.opts.find("reservation", self.reservation, snapshot.reservations_by_key)
+            where = found.metadata.namespace
+            if not is_activated(found):
+                state = found.status.state or "Pending"
+                raise UserError(f"reservation {found.key} is not activated (state {state}): it has no draw to verify")
+            checks = [verify(found, snapshot.leases_by_key)]
+        else:
+            checks = verify_all(snapshot, where)
+        at = self.opts.evaluation_time(snapshot)
+        self.differ = any(not c.verified for c in checks)
+        return verify_document(checks, at, where)
+
+    def exit_code(self) -> int:
+        return int(ExitCode.FAILED) if self.differ else int(ExitCode.OK)

@@ -45,7 +45,7 @@ from .audit_window import Window, clip, gpu_seconds, group_indices, key_peaks, n
 from .findings import Finding, sort_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
-           "peak", "split_slot")
+           "breakdown", "peak", "split_slot")
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
 DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
@@ -145,16 +145,7 @@ def _audit(
     if until > at:
         notes.append(f"--until is after the evaluation time {rfc3339(at)}: GPU-hours are counted up to it")
     win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
-
-    selected = None
-    if namespace is not None:
-        selected = [i for i, lease in enumerate(win.leases) if lease.metadata.namespace == namespace]
-
-    rows = _rows(win, by, selected)
-    if selected is None:
-        total_seconds, total_leases = gpu_seconds(win), len(win.leases)
-    else:
-        total_seconds, total_leases = gpu_seconds(win, selected), len(selected)
+    rows, total_seconds, total_leases = _counted(win, by, namespace)
 
     found: list[Finding] = []
     by_payer = group_indices(payers(win))
@@ -177,6 +168,33 @@ def _audit(
         ledger_instants=instants,
         notes=notes,
     )
+
+
+def breakdown(
+    snapshot: Snapshot,
+    at: datetime,
+    *,
+    since: datetime,
+    until: datetime,
+    by: Sequence[str],
+    namespace: str | None = None,
+) -> tuple[list[AuditRow], float, int]:
+    """The rows and totals (GPU-seconds, leases) of ``audit`` over ``[since, min(until, at))``, without the
+    findings: what each period of a report by period counts (engine/audit_periods.py)."""
+    hi_at = min(until, at)
+    win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
+    return _counted(win, tuple(by), namespace)
+
+
+def _counted(win: Window, by: tuple[str, ...], namespace: str | None) -> tuple[list[AuditRow], float, int]:
+    """Rows, GPU-seconds and leases of the window (of ``namespace`` only, when given)."""
+    selected = None
+    if namespace is not None:
+        selected = [i for i, lease in enumerate(win.leases) if lease.metadata.namespace == namespace]
+    rows = _rows(win, by, selected)
+    if selected is None:
+        return rows, gpu_seconds(win), len(win.leases)
+    return rows, gpu_seconds(win, selected), len(selected)
 
 
 def _finding_namespace(finding: Finding) -> str | None:

@@ -218,10 +218,41 @@ def run_borrowed(book: Ledger, run_key: str) -> int:
     return sum(c.borrowed for c in book.charges.values() if c.lease.run_key == run_key)
 
 
-def funding(book: Ledger, run: Run, nodes: Sequence[Node], *, borrowed_now: int | None = None) -> Funding:
+@dataclass(frozen=True)
+class FundingInputs:
+    """What the funding walk of every run of one flavor on one set of candidate nodes reads, whoever the run:
+    the flavor's envelopes (in the ledger's order), every envelope's room now, and the selector matcher of the
+    candidate nodes. ``funding_inputs`` computes it; a batch of plans computes it once (engine/evaluation.py)."""
+
+    flavor: str
+    envelopes: tuple[tuple[EnvelopeKey, EnvelopeUsage], ...]
+    state: FundingState
+    selectors: _Selectors
+
+
+def funding_inputs(book: Ledger, flavor: str, nodes: Sequence[Node], state: FundingState | None = None) -> FundingInputs:
+    """The funding inputs of ``flavor`` on candidate ``nodes`` at the ledger's instant (``state``: the ledger's
+    ``state_now``, when already computed)."""
+    return FundingInputs(
+        flavor=flavor,
+        envelopes=tuple((key, usage) for key, usage in book.envelopes.items() if usage.envelope.flavor == flavor),
+        state=state_now(book) if state is None else state,
+        selectors=_Selectors(nodes),
+    )
+
+
+def funding(
+    book: Ledger,
+    run: Run,
+    nodes: Sequence[Node],
+    *,
+    borrowed_now: int | None = None,
+    inputs: FundingInputs | None = None,
+) -> Funding:
     """The funding walk for ``run`` at the ledger's instant. ``nodes`` are the candidate nodes (an envelope
     counts only if its selector matches one of them). ``borrowed_now``: GPUs the run already borrows
-    (computed from the ledger when not given)."""
+    (computed from the ledger when not given). ``inputs``: ``funding_inputs(book, run's flavor, nodes)`` when
+    already computed (the same values: only the work is shared)."""
     flavor = run.spec.resources.gpu_type
     spec_funding = run.spec.funding
     allow_borrow = bool(spec_funding and spec_funding.allow_borrow)
@@ -242,14 +273,14 @@ def funding(book: Ledger, run: Run, nodes: Sequence[Node], *, borrowed_now: int 
             borrow_left=borrow_left, candidates=(), unselected=(), walk=empty,
         )
 
-    selectors = _Selectors(nodes)
+    if inputs is None or inputs.flavor != flavor:
+        inputs = funding_inputs(book, flavor, nodes)
+    selectors = inputs.selectors
     ranked: list[tuple[tuple, Candidate]] = []
     unselected: list[EnvelopeKey] = []
     others: list[tuple[EnvelopeKey, EnvelopeUsage]] = []  # outside the order: possible lenders
-    for key, usage in book.envelopes.items():
+    for key, usage in inputs.envelopes:
         envelope = usage.envelope
-        if envelope.flavor != flavor:
-            continue
         env_owner = usage.owner
         place = family_relation(owner, env_owner)
         if place is not None:
@@ -270,7 +301,7 @@ def funding(book: Ledger, run: Run, nodes: Sequence[Node], *, borrowed_now: int 
             continue
         ranked.append((order, candidate))
     candidates = tuple(c for _, c in sorted(ranked, key=lambda pair: pair[0]))
-    state = state_now(book)
+    state = inputs.state
     result = walk(candidates, state, borrow_left=borrow_left)
     lenders = _lenders(
         owner, candidates, others, state, result, selectors, sponsors=sponsors, allow_borrow=allow_borrow,

@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 
+import msgspec
+
 from ..model import Action, Activation, ConflictEntry, Reservation
 from ..timeutil import rfc3339
 from .codes import class_rank
@@ -50,11 +52,7 @@ def ticket(seed: str, run: str, group: int) -> str:
 
 def with_tickets(seed: str, entries: Iterable[ConflictEntry]) -> list[ConflictEntry]:
     """The entries with the tickets ``seed`` gives them (any recorded ticket is ignored)."""
-    return [
-        ConflictEntry(run=e.run, group=e.group, owner=e.owner, class_=e.class_, gpus=e.gpus,
-                      ticket=ticket(seed, e.run, e.group))
-        for e in entries
-    ]
+    return [msgspec.structs.replace(e, ticket=ticket(seed, e.run, e.group)) for e in entries]
 
 
 def draw_order(seed: str, entries: Iterable[ConflictEntry]) -> list[ConflictEntry]:

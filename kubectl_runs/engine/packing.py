@@ -153,13 +153,17 @@ def capacity(
     domain: str | None = None,
     unit: int | None = None,
     spread: bool = True,
+    free: Mapping[str, int] | None = None,
 ) -> Capacity:
     """Free and placeable GPUs of ``flavor`` (in ``domain`` when given) with ``leases`` open (pass the leases
-    open at the instant: ``open_leases``). ``unit`` is a group's footprint (``group_unit``)."""
+    open at the instant: ``open_leases``). ``unit`` is a group's footprint (``group_unit``). ``free``: free GPUs
+    of (at least) every schedulable node of the flavor, ``free_by_node`` of them, when already computed — a
+    node's free GPUs depend on that node and the leases alone, so one map serves every domain, unit and spread
+    (engine/evaluation.py)."""
     of_flavor = [n for n in snapshot.nodes if n.flavor == flavor]
     in_scope = [n for n in of_flavor if domain is None or n.domain == domain]
     nodes = [n for n in in_scope if n.schedulable]
-    free_nodes = free_by_node(nodes, leases)
+    free_nodes = free_by_node(nodes, leases) if free is None else free
     free: dict[str, int] = {}
     counts: dict[str, int] = {}
     for node in nodes:

@@ -27,15 +27,15 @@ from datetime import datetime
 
 from ..model import GPULease, Reservation, Run, Scope, Snapshot
 from ..timeutil import rfc3339
-from .accounting import Ledger, ledger
+from .accounting import Ledger
 from .codes import BLOCKING, Confidence, ReasonCode, RemedyKind
+from .evaluation import Evaluation, open_book
 from .forecast import Forecast, forecast
-from .funding import Funding, funding
+from .funding import Funding
 from .lottery import derive_seed
-from .packing import Capacity, capacity, group_unit, open_leases
+from .packing import Capacity, group_unit, open_leases
 from .plan_remedies import remedies
 from .reasons import reasons
-from .remedies import releases, remedy_candidates, scope_nodes
 from .reports import PlanReport, Reason, Remedy, Width, capacity_report, forecast_report, funding_report
 
 # The names a plan carries (engine/codes.py), here too for the reconciler and the tests that read them.
@@ -133,7 +133,12 @@ class Plan:
 def reservation_of(snapshot: Snapshot, run: Run, *, pending_only: bool = False) -> Reservation | None:
     """The run's Reservation: the one its ``status.pendingReservation`` names, else a pending one (latest
     earliestStart first), else — unless ``pending_only`` — the latest one whatever its state."""
-    mine = [r for r in snapshot.reservations if r.spec.run_ref.key == run.key]
+    return choose_reservation([r for r in snapshot.reservations if r.spec.run_ref.key == run.key], run,
+                              pending_only=pending_only)
+
+
+def choose_reservation(mine: Sequence[Reservation], run: Run, *, pending_only: bool = False) -> Reservation | None:
+    """``reservation_of`` among ``mine``, the run's Reservations in snapshot order."""
     if not mine:
         return None
     named = run.status.pending_reservation
@@ -150,15 +155,7 @@ def open_ledger(snapshot: Snapshot, at: datetime) -> tuple[list[GPULease], Ledge
     ``ledger(snapshot, at)`` (closed leases only add GPU-hours, which a plan does not read), at a fraction of
     the cost on a fleet with a long history."""
     leases = open_leases(snapshot, at)
-    current = Snapshot(
-        nodes=snapshot.nodes,
-        budgets=snapshot.budgets,
-        runs=snapshot.runs,
-        reservations=snapshot.reservations,
-        leases=tuple(leases),
-        taken_at=snapshot.taken_at,
-    )
-    return leases, ledger(current, at)
+    return leases, open_book(snapshot, leases, at)
 
 
 # --- the stages ----------------------------------------------------------------------------------------------
@@ -183,10 +180,10 @@ class Need:
     domain: str | None
 
 
-def need_of(snapshot: Snapshot, run: Run, leases: Sequence[GPULease]) -> Need:
+def need_of(ev: Evaluation, run: Run) -> Need:
     spec = run.spec
-    reservation = None if run.finished else reservation_of(snapshot, run, pending_only=True)
-    mine = [lease for lease in leases if lease.run_key == run.key]
+    reservation = None if run.finished else choose_reservation(ev.reservations_of(run.key), run, pending_only=True)
+    mine = ev.leases_of(run.key)
     allocated = sum(lease.gpus for lease in mine if lease.spec.slice.role == "Active")
     held_spares = sum(lease.gpus for lease in mine if lease.spec.slice.role == "Spare")
     malleable = spec.malleable
@@ -226,16 +223,21 @@ def plan_run(
     *,
     leases: Sequence[GPULease] | None = None,
     book: Ledger | None = None,
+    evaluation: Evaluation | None = None,
 ) -> Plan:
     """Plan ``run`` at ``at``, one stage after the other: need → capacity → funding (→ reasons) → forecast →
-    remedies, each a function of the snapshot and the values before it. ``leases`` (the leases open at ``at``)
-    and ``book`` (a ledger at ``at``) may be passed when already computed; otherwise ``open_ledger`` computes
-    both."""
-    if leases is None or book is None:
-        leases, book = open_ledger(snapshot, at)
-    need = need_of(snapshot, run, leases)
-    room = capacity(snapshot, leases, need.flavor, domain=need.domain, unit=need.unit, spread=need.spread)
-    money = funding(book, run, room.nodes)
+    remedies, each a function of the snapshot and the values before it. What every plan of the snapshot at
+    ``at`` shares — the open leases, their ledger, free capacity, funding inputs, a scope's groups and releases
+    — comes from ``evaluation`` (engine/evaluation.py; pass the same one to plan many runs: it is computed once);
+    without one, ``leases`` (the leases open at ``at``) and ``book`` (a ledger at ``at``) may be passed when
+    already computed, and the rest is computed for this plan."""
+    ev = evaluation if evaluation is not None else Evaluation(snapshot, at, leases=leases, book=book)
+    if ev.snapshot is not snapshot or ev.at != at:
+        raise ValueError("an Evaluation serves only the snapshot and instant it was made for")
+    book = ev.book
+    need = need_of(ev, run)
+    room = ev.capacity(need.flavor, domain=need.domain, unit=need.unit, spread=need.spread)
+    money = ev.funding(run, room)
     why = reasons(
         snapshot, run, need=need.gpus, planned=need.planned_width, group_gpus=need.group_gpus, unit=need.unit,
         domain=need.domain, room=room, money=money, book=book, at=at,
@@ -250,10 +252,9 @@ def plan_run(
         scope = Scope(flavor=need.flavor, domain=need.domain)
         reservation = need.reservation
         seed = derive_seed(reservation.key, reservation.spec.earliest_start) if reservation is not None else None
-        in_scope = scope_nodes(snapshot, scope)
-        gentle = remedy_candidates(snapshot, book, scope, exclude_run=run.key, seed=seed)
+        gentle = ev.remedy_candidates(scope, exclude_run=run.key, seed=seed)
         freed = gentle.freed_by_run()
-        reported = releases(snapshot, book, in_scope, at, exclude_run=run.key)
+        reported = ev.releases(scope, exclude_run=run.key)
         outlook = forecast(
             at=at, need=need.gpus, money=money, book=book, free=room.free_by_domain, unit=need.unit,
             spread=need.spread, remedies_by_run=freed, reported=reported,

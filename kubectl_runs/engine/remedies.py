@@ -227,11 +227,13 @@ def droppable_spares(
     seed: str | None = None,
     groups: Mapping[GroupKey, LeaseGroup] | None = None,
     skip: Collection[GroupKey] = (),
+    nodes: ScopeNodes | None = None,
 ) -> list[SpareDrop]:
     """Spare leases in scope (``DropSpare``) of groups not in ``skip``: lowest class first, then by their
-    group's ticket under ``seed`` (else (run, group)), then lease name."""
+    group's ticket under ``seed`` (else (run, group)), then lease name. ``nodes``: ``scope_nodes(snapshot,
+    scope)`` when already computed."""
     groups = scope_groups(snapshot, book, scope, exclude_run=exclude_run) if groups is None else groups
-    nodes = scope_nodes(snapshot, scope)
+    nodes = scope_nodes(snapshot, scope) if nodes is None else nodes
     drops = []
     for key, group in groups.items():
         if key in skip:
@@ -261,18 +263,19 @@ def shrinkable_runs(
     groups: Mapping[GroupKey, LeaseGroup] | None = None,
     skip: Collection[GroupKey] = (),
     taken: Collection[str] = (),
+    held: Mapping[str, int] | None = None,
 ) -> list[ShrinkStep]:
     """Elastic runs in scope (``Shrink``), lowest class first then by name, each with every group it can drop:
     from its highest group index down, committed only when the GPUs dropped are a whole number of
     ``stepGPUs``, never leaving fewer than ``minTotalGPUs`` Active GPUs. Groups in ``skip``, or with a lease in
     ``taken`` (lease keys an earlier remedy closes), are left alone; taken Active leases no longer count as
-    held."""
+    held. ``held``: ``active_held(book)`` when already computed (not changed here)."""
     groups = scope_groups(snapshot, book, scope, exclude_run=exclude_run) if groups is None else groups
     by_run: dict[str, list[LeaseGroup]] = {}
     for key, group in groups.items():
         if key not in skip and group.active and not any(x.key in taken for x in group.leases):
             by_run.setdefault(group.run, []).append(group)
-    held = active_held(book)
+    held = active_held(book) if held is None else dict(held)
     for key in taken:
         charge = book.charges.get(key)
         if charge is not None and charge.lease.spec.slice.role == "Active":
@@ -340,16 +343,31 @@ class RemedyCandidates:
 
 
 def remedy_candidates(
-    snapshot: Snapshot, book: Ledger, scope: Scope, *, exclude_run: str | None = None, seed: str | None = None
+    snapshot: Snapshot,
+    book: Ledger,
+    scope: Scope,
+    *,
+    exclude_run: str | None = None,
+    seed: str | None = None,
+    every_group: Mapping[GroupKey, LeaseGroup] | None = None,
+    nodes: ScopeNodes | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> RemedyCandidates:
-    """All four listers in order, each skipping what an earlier one took (no GPU counted twice)."""
-    groups = scope_groups(snapshot, book, scope, exclude_run=exclude_run)
+    """All four listers in order, each skipping what an earlier one took (no GPU counted twice).
+
+    When already computed (a batch of plans shares them: engine/evaluation.py): ``every_group`` =
+    ``scope_groups(snapshot, book, scope)`` of every run (``exclude_run``'s are left out here), ``nodes`` =
+    ``scope_nodes(snapshot, scope)``, ``held`` = ``active_held(book)``."""
+    if every_group is None:
+        groups = scope_groups(snapshot, book, scope, exclude_run=exclude_run)
+    else:
+        groups = {key: g for key, g in every_group.items() if key[0] != exclude_run}
     reclaim = reclaimable_groups(snapshot, book, scope, seed=seed, groups=groups)
     taken_groups = {g.key for g in reclaim}
-    spares = droppable_spares(snapshot, book, scope, seed=seed, groups=groups, skip=taken_groups)
+    spares = droppable_spares(snapshot, book, scope, seed=seed, groups=groups, skip=taken_groups, nodes=nodes)
     taken = {lease.key for g in reclaim for lease in g.leases}
     taken.update(d.lease.key for d in spares)
-    shrinks = shrinkable_runs(snapshot, book, scope, groups=groups, taken=taken)
+    shrinks = shrinkable_runs(snapshot, book, scope, groups=groups, taken=taken, held=held)
     taken.update(lease.key for s in shrinks for lease in s.leases)
     return RemedyCandidates(
         reclaim=tuple(reclaim),

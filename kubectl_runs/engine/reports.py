@@ -177,6 +177,57 @@ class AuditReport(Value):
     findings: list[FindingEntry]
 
 
+# --- leases audit --every -------------------------------------------------------------------------------------
+
+
+class PeriodRow(Value, kw_only=True):
+    """One key in one period. Only the ``--by`` dimensions appear, after ``period``, in the order asked for
+    (``period_row_type``); this type lists them all, for the schema."""
+
+    period: str  # 2025-11-03 (day), 2025-W45 (ISO week), 2025-11 (month)
+    owner: str | None = None
+    envelope: str | None = None
+    flavor: str | None = None
+    run: str | None = None
+    node: str | None = None
+    gpu_hours: float  # inside the period (leases clipped to it)
+    leases: int
+    peak_gpus: int
+    share: float | None  # of the period's GPU-hours
+    utilization: float | None  # GPU-hours ÷ GPU-hours the fleet's GPUs offered in the period (of its flavor)
+
+
+@functools.cache
+def period_row_type(by: tuple[str, ...]) -> type[msgspec.Struct]:
+    fields = [("period", str)] + [(dim, str) for dim in by] + [
+        ("gpu_hours", float), ("leases", int), ("peak_gpus", int), ("share", float | None),
+        ("utilization", float | None)]
+    return msgspec.defstruct(f"PeriodRow_{'_'.join(by)}", fields, bases=(Value,), frozen=True)
+
+
+class PeriodTotals(Value):
+    period: str
+    start: str  # the period clipped to the window
+    end: str
+    gpu_hours: float
+    leases: int
+    capacity_gpu_hours: float  # what the fleet's GPUs offered in the period
+    utilization: float | None
+
+
+class PeriodsAuditReport(Value):
+    """``kubectl runs leases audit --every day|week|month``: one row per period and key, and the whole window's
+    totals and findings."""
+
+    since: str
+    until: str
+    every: Literal["day", "week", "month"]
+    periods: list[PeriodTotals]
+    rows: list[PeriodRow]
+    totals: AuditTotals
+    findings: list[FindingEntry]
+
+
 # --- leases archive ------------------------------------------------------------------------------------------
 
 
@@ -199,6 +250,8 @@ class ArchiveReport(Value):
     ended_after_before: int  # closed leases left out because they ended at or after --before
     months: list[str]  # the months whose file this run rewrote
     removed: list[str]  # files of replaced or interrupted runs deleted
+    pruned: int  # leases deleted from the cluster (--prune): each re-read from the archive first
+    prune_left: list[str]  # leases --prune left in the cluster: gone already, or changed since they were read
     generation: int
     leases: int  # leases in the archive
     first_start: str | None

@@ -21,6 +21,7 @@ from .reports import (
     ArchiveVerifyReport,
     AuditReport,
     ExplainReport,
+    PeriodsAuditReport,
     PlanReport,
     UsageReport,
     Value,
@@ -31,6 +32,7 @@ from .reports import (
 SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "budgets-usage": ("kubectl runs budgets usage -o json", UsageReport),
     "leases-audit": ("kubectl runs leases audit -o json", AuditReport),
+    "leases-audit-every": ("kubectl runs leases audit --every day|week|month -o json", PeriodsAuditReport),
     "leases-archive": ("kubectl runs leases archive --to DIR -o json", ArchiveReport),
     "leases-archive-verify": ("kubectl runs leases archive --verify DIR -o json", ArchiveVerifyReport),
     "plan": ("kubectl runs plan -o json", PlanReport),

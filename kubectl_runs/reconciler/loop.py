@@ -35,7 +35,17 @@ from .actions import AnyWrite, Create, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .queue import WorkQueue
-from .status import STATUS_KINDS, BadObject, Evaluation, ObjKey, Stored, all_keys, next_change, status_writes
+from .status import (
+    BUDGET,
+    STATUS_KINDS,
+    BadObject,
+    Evaluation,
+    ObjKey,
+    Stored,
+    all_keys,
+    next_change,
+    status_writes,
+)
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
@@ -47,6 +57,7 @@ WRITERS = 4  # status writes in flight at once (independent objects)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
+View = tuple[Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]]  # Cache.view()
 
 # Tests only: "<text>[#n]" kills the process (SIGKILL) right after the n-th write (default 1st) whose cause
 # contains <text> — a crash between two writes, on purpose (tests/integration/test_ledger_live.py).
@@ -262,27 +273,26 @@ class Reconciler:
 
     # --- one evaluation -------------------------------------------------------------------------------------
 
-    def compute(self, keys: Iterable[ObjKey] | None, at: datetime) -> tuple[list[AnyWrite], list[AnyWrite]]:
-        """The writes for ``keys`` (None: everything) from the cache as it is now: the ledger keeper's (in the
-        order it gives them) and the status writes (one per object, independent of each other). An object
-        whose evaluation fails is logged and left out (and retried), never the whole batch."""
-        snapshot, stored, bad = self.cache.view()
+    def compute(self, keys: Iterable[ObjKey] | None, at: datetime, *, view: View | None = None,
+                evaluation: Evaluation | None = None) -> tuple[list[AnyWrite], list[AnyWrite]]:
+        """The writes for ``keys`` (None: everything) from the cache as it is now (or ``view``, a cache view
+        taken at ``at``, with ``evaluation`` of its snapshot): the ledger keeper's (in the order it gives them)
+        and the status writes (one per object, independent of each other). An object whose evaluation fails is
+        logged and left out (and retried), never the whole batch."""
+        snapshot, stored, bad = view if view is not None else self.cache.view()
         if keys is None:
             objects, everything = set(all_keys(snapshot)) | set(bad), True
         else:
             objects, everything = expand(keys, snapshot, bad)
-        writes: list[AnyWrite] = []
         ledger_writes: list[AnyWrite] = []
-        evaluation = Evaluation(snapshot, at)
+        if evaluation is None or evaluation.snapshot is not snapshot or evaluation.at != at:
+            evaluation = Evaluation(snapshot, at)
         if self.ledger is not None and self.settings.manage_leases:
             try:
                 ledger_writes = list(self.ledger(snapshot, at))
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
-        try:
-            writes += status_writes(snapshot, at, stored, objects, bad, evaluation)
-        except Exception:
-            writes += self._one_by_one(snapshot, at, stored, objects, bad)
+        writes = self._status(snapshot, at, stored, objects, bad, evaluation)
         self._schedule_wake_up(snapshot, at)
         if everything:
             try:
@@ -304,6 +314,15 @@ class Reconciler:
             self._wake_at = when
             self.queue.add_after(ALL_KEY, delay)
             self.log("wake-up scheduled", at=when.strftime("%Y-%m-%dT%H:%M:%SZ"), inSeconds=f"{delay:g}")
+
+    def _status(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
+                bad: dict[ObjKey, BadObject], evaluation: Evaluation) -> list[AnyWrite]:
+        """The status writes of ``objects``, all with one Evaluation; if that fails, object by object (the
+        failing one is logged and retried)."""
+        try:
+            return status_writes(snapshot, at, stored, objects, bad, evaluation)
+        except Exception:
+            return self._one_by_one(snapshot, at, stored, objects, bad)
 
     def _one_by_one(self, snapshot: Snapshot, at: datetime, stored: dict[ObjKey, Stored], objects: set[ObjKey],
                     bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
@@ -374,7 +393,10 @@ class Reconciler:
 
     def process(self, keys: list[ObjKey]) -> None:
         """Evaluate and write the objects of a batch; groups in it (a flavor, a namespace, everything) are
-        expanded from the current snapshot into the queue's tail, minus the objects of this batch."""
+        expanded from the current snapshot into the queue's tail, minus the objects of this batch. The batch's
+        Budgets are evaluated and written first (their usage is the ledger's, cheap): a Budget's status never
+        waits behind the plans of the Runs in the same batch; then the ledger keeper's writes and the Runs' and
+        Reservations' status, all from the same snapshot and Evaluation."""
         started = time.monotonic()
         at = self.clock()
         groups = [k for k in keys if k[0] in GROUP_KINDS]
@@ -395,9 +417,19 @@ class Reconciler:
                 else:
                     self.metrics.set_queue_depth(self.queue.depth())
                     return
-        ledger_writes, writes = self.compute(objects, at)
+        view = self.cache.view()
+        snapshot, stored, bad = view
+        evaluation = Evaluation(snapshot, at)
+        outcomes: list[Outcome] = []
+        budgets = {k for k in objects if k[0] == BUDGET and k not in bad}
+        if budgets and len(budgets) < len(objects):
+            outcomes += self.apply([], self._unsaid(self._status(snapshot, at, stored, budgets, bad, evaluation), bad),
+                                   at)
+            objects = [k for k in objects if k not in budgets]
+        ledger_writes, writes = self.compute(objects, at, view=view, evaluation=evaluation)
+        outcomes += self.apply(ledger_writes, writes, at)
         failed: set[ObjKey] = set()
-        for outcome in self.apply(ledger_writes, writes, at):
+        for outcome in outcomes:
             if outcome.retry:
                 write = outcome.write
                 key = (write.kind, write.namespace, write.name)

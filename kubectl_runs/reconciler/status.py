@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..engine import evaluation as engine_evaluation
 from ..engine.accounting import BORROWED, OWNED, SHARED, UNFUNDED, EnvelopeUsage, Ledger, ledger
-from ..engine.packing import open_leases
 from ..engine.plan import (
     ACL_DENIED,
     BORROW_LIMIT,
@@ -49,7 +49,7 @@ from ..engine.plan import (
     plan_run,
 )
 from ..engine.reports import envelope_row, plain
-from ..model import GPULease, Reservation, Run, Snapshot
+from ..model import Reservation, Run, Snapshot
 from ..timeutil import rfc3339
 from ..views.plan import headline as plan_headline
 from .actions import AnyWrite, PatchStatus, RecordEvent
@@ -125,39 +125,25 @@ def _stable(value: Any) -> Any:
 # --- the shared evaluation of one batch -------------------------------------------------------------------
 
 
-class Evaluation:
-    """The ledger and the open leases at ``at``, computed once for every object of a batch."""
+class Evaluation(engine_evaluation.Evaluation):
+    """What every object of a batch shares (engine/evaluation.py: open leases, free capacity, funding inputs, a
+    scope's groups and releases), with the full ledger at ``at`` (the Budgets' consumed GPU-hours read the
+    closed leases too; a plan reads the same headroom and classes from it) and each run's plan, computed once
+    for the Run and its Reservation."""
 
     def __init__(self, snapshot: Snapshot, at: datetime):
-        self.snapshot = snapshot
-        self.at = at
-        self._book: Ledger | None = None
-        self._open: list[GPULease] | None = None
-        self._charges_by_run: dict[str, list] | None = None
+        super().__init__(snapshot, at)
         self.budgets = {(b.metadata.namespace, b.metadata.name): b for b in snapshot.budgets}
+        self._plans: dict[str, Plan] = {}
 
-    @property
-    def book(self) -> Ledger:
-        if self._book is None:
-            self._book = ledger(self.snapshot, self.at)
-        return self._book
-
-    @property
-    def open(self) -> list[GPULease]:
-        if self._open is None:
-            self._open = open_leases(self.snapshot, self.at)
-        return self._open
-
-    def charges_of(self, run_key: str) -> list:
-        if self._charges_by_run is None:
-            by_run: dict[str, list] = {}
-            for charge in self.book.charges.values():
-                by_run.setdefault(charge.lease.run_key, []).append(charge)
-            self._charges_by_run = by_run
-        return self._charges_by_run.get(run_key, [])
+    def make_book(self) -> Ledger:
+        return ledger(self.snapshot, self.at)
 
     def plan(self, run: Run) -> Plan:
-        return plan_run(self.snapshot, run, self.at, leases=self.open, book=self.book)
+        found = self._plans.get(run.key)
+        if found is None or found.run is not run:
+            found = self._plans[run.key] = plan_run(self.snapshot, run, self.at, evaluation=self)
+        return found
 
 
 # --- Budget ------------------------------------------------------------------------------------------------

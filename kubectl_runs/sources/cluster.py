@@ -15,7 +15,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +24,7 @@ import msgspec
 
 from ..errors import UserError
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
-from ..model import GROUP, SNAPSHOT_KINDS, VERSION, Snapshot, snapshot_document
+from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
 from . import Source
 from .files import _Collector, gc_paused
 
@@ -199,6 +199,36 @@ class Cluster:
         if not 200 <= response.status <= 299:
             raise self._http_error(response.status, response.data, path)
         return response.data
+
+    def delete(self, path: str, body: dict) -> int:
+        """DELETE ``path`` with a DeleteOptions body; returns the HTTP status (2xx, 404 gone, 409 a failed
+        precondition). Other answers and transport failures raise ClusterError."""
+        from kubernetes.client.exceptions import ApiException
+
+        request = self.api.param_serialize(
+            method="DELETE",
+            resource_path=path,
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(*request, _request_timeout=self.request_timeout)
+            response.read()
+        except ApiException as exc:
+            status, data = exc.status, exc.body
+        except Exception as exc:
+            raise self._transport_error(exc) from None
+        else:
+            status, data = response.status, response.data
+        if status is not None and (200 <= status <= 299 or status in (404, 409)):
+            return status
+        if status == 403:
+            raise Forbidden(f"forbidden: {_status_message(data) or f'DELETE {path}'}")
+        if status == 401:
+            raise self._http_error(status, data, path)
+        raise ClusterError(f"the server at {self.server} answered {status} for DELETE {path}: "
+                           f"{_status_message(data) or 'no message'}")
 
     def pages(self, resource: Resource, namespace: str | None) -> Iterator[bytes]:
         """Every page of a list, following ``continue``; a 410 Gone (expired token) starts over."""
@@ -465,6 +495,32 @@ def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes:
         pages = list(cluster.pages(resource, fallback))
         notes.append(f"{refused.message}; reading {resource.qualified} of namespace {fallback} only")
         return pages
+
+
+def delete_leases(source: Source, leases: Iterable[GPULease],
+                  after_each: Callable[[], None] | None = None) -> tuple[int, list[str], list[str]]:
+    """Delete these GPULeases, each only if it is still the object that was read (preconditions on its uid and
+    resourceVersion: a lease recreated or changed since is left alone). Returns (deleted, gone already, left
+    because it changed)."""
+    cluster = Cluster(source)
+    resource = RESOURCES[-1]
+    deleted, gone, changed = 0, [], []
+    for lease in leases:
+        meta = lease.metadata
+        preconditions = {"uid": meta.uid}
+        if meta.resource_version:
+            preconditions["resourceVersion"] = meta.resource_version
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        status = cluster.delete(f"{resource.path(meta.namespace)}/{quote(meta.name)}", body)
+        if status == 404:
+            gone.append(lease.key)
+        elif status == 409:
+            changed.append(lease.key)
+        else:
+            deleted += 1
+        if after_each is not None:
+            after_each()
+    return deleted, gone, changed
 
 
 def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:

@@ -1,9 +1,11 @@
-"""Helpers for driving ``kubectl runs reconcile`` against a real API server in tests: the reconciler as a
-separate process (as it runs in a pod), the API server's own count of status writes (from its /metrics, not
-from the code under test), objects built around the wall clock, and bulk creation."""
+"""Helpers for driving ``kubectl runs reconcile`` against a real API server in tests: a control plane of its own
+with the CRDs (``control_plane``), the reconciler as a separate process (as it runs in a pod), the API server's
+own count of requests (from its /metrics, not from the code under test), objects built around the wall clock,
+and bulk creation."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,11 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API = "/apis/jobtree.dev/v1alpha1"
@@ -32,23 +36,57 @@ def now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-# --- the API server's own count of writes -----------------------------------------------------------------
+# --- a control plane of one's own ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def control_plane(*namespaces: str) -> Iterator[Any]:
+    """A kube-apiserver + etcd of the test tier (tests/controlplane) with the users of the RBAC tests, the
+    jobtree.dev CRDs applied and Established, and ``namespaces`` created: the reconciler writes status to every
+    object it sees, so each reconciler test module uses one of its own (a module-scoped fixture)."""
+    from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with ControlPlane(users=DEFAULT_USERS) as plane:
+        plane.kubectl("apply", "-f", str(ROOT / "crds"))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        for namespace in namespaces:
+            plane.kubectl("create", "namespace", namespace)
+        yield plane
+
+
+# --- the API server's own count of requests ---------------------------------------------------------------
+
+
+def _request_samples(cp) -> Iterator[tuple[dict[str, str], int]]:
+    """(labels, value) of every ``apiserver_request_total`` sample on the API server's /metrics."""
+    status, text = cp.request("GET", "/metrics")
+    assert status == 200, text
+    for line in str(text).splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            yield dict(_LABEL.findall(match.group("labels"))), int(float(match.group("value")))
+
+
+def requests(cp, verb: str, resource: str, *, subresource: str = "", code: str | None = None) -> int:
+    """Requests the API server answered (its own ``apiserver_request_total``) for jobtree.dev ``resource``
+    (``subresource`` "" = the object itself), with response ``code`` when given."""
+    return sum(value for labels, value in _request_samples(cp)
+               if labels.get("verb") == verb and labels.get("group") == "jobtree.dev"
+               and labels.get("resource") == resource and labels.get("subresource", "") == subresource
+               and (code is None or labels.get("code") == code))
 
 
 def status_patches(cp, resources: Iterable[str] = STATUS_RESOURCES) -> dict[str, int]:
     """PATCH requests on the status subresource the API server has answered, per resource (every response
     code), read from ``apiserver_request_total`` on its /metrics."""
-    status, text = cp.request("GET", "/metrics")
-    assert status == 200, text
     counts = dict.fromkeys(resources, 0)
-    for line in str(text).splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        labels = dict(_LABEL.findall(match.group("labels")))
+    for labels, value in _request_samples(cp):
         if (labels.get("verb") == "PATCH" and labels.get("subresource") == "status" and labels.get("group") == "jobtree.dev"
                 and labels.get("resource") in counts):
-            counts[labels["resource"]] += int(float(match.group("value")))
+            counts[labels["resource"]] += value
     return counts
 
 
@@ -66,17 +104,26 @@ def node(name: str, *, flavor: str, gpus: int = 8, domain: str = "d1") -> dict:
                        "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96"}}}
 
 
-def budget(name: str, namespace: str, *, owner: str, flavor: str, concurrency: int, days: int = 30) -> dict:
+def budget(name: str, namespace: str, *, owner: str, flavor: str | None = None, concurrency: int | None = None,
+           days: int = 30, envelopes: Iterable[tuple[str, str, int]] | None = None) -> dict:
+    """A Budget whose envelopes' windows opened a day ago and last ``days``: one envelope ``main`` of
+    ``flavor`` and ``concurrency``, or ``envelopes`` as (name, flavor, concurrency)."""
     start = now() - timedelta(days=1)
+    wanted = list(envelopes) if envelopes is not None else [("main", flavor, concurrency)]
     return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"owner": owner, "envelopes": [{"name": "main", "flavor": flavor, "concurrency": concurrency,
-                                                    "start": iso(start), "end": iso(start + timedelta(days=days))}]}}
+            "spec": {"owner": owner, "envelopes": [
+                {"name": env, "flavor": env_flavor, "concurrency": env_concurrency, "start": iso(start),
+                 "end": iso(start + timedelta(days=days))} for env, env_flavor, env_concurrency in wanted]}}
 
 
-def run(name: str, namespace: str, *, flavor: str, gpus: int) -> dict:
+def run(name: str, namespace: str, *, flavor: str, gpus: int, group: int | None = None) -> dict:
+    """A Run of ``gpus`` GPUs of ``flavor`` (in groups of ``group`` when given)."""
+    spec: dict[str, Any] = {"resources": {"gpuType": flavor, "totalGPUs": gpus}}
+    if group is not None:
+        spec["locality"] = {"groupGPUs": group}
     return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"resources": {"gpuType": flavor, "totalGPUs": gpus}}}
+            "spec": spec}
 
 
 def lease(name: str, namespace: str, *, owner: str, run_name: str, flavor: str, slots: list[str],

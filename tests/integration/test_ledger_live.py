@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,35 +24,30 @@ import time
 from datetime import timedelta
 
 import pytest
-from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
-from reconciler_harness import API, ROOT, Reconciler, create, get, iso, now, wait_for
+from reconciler_harness import (
+    API,
+    ROOT,
+    Reconciler,
+    budget,
+    control_plane,
+    create,
+    get,
+    iso,
+    node,
+    now,
+    requests,
+    run,
+    wait_for,
+)
 
 NS = "team"
 OWNER = "org:team"
 FLAVOR = "H100"
 WATCH = ("--manage-leases", "--no-leader-elect", "--metrics-addr", "0")
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def node(name: str, *, flavor: str = FLAVOR, domain: str = "d1", gpus: int = 8) -> dict:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"gpu.flavor": flavor, "fabric.domain": domain}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"},
-                       "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96"}}}
-
-
-def budget(name: str, namespace: str, envelopes: list[tuple[str, str, int]], owner: str = OWNER) -> dict:
-    start = now() - timedelta(days=1)
-    return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"owner": owner, "envelopes": [
-                {"name": env, "flavor": flavor, "concurrency": concurrency, "start": iso(start),
-                 "end": iso(start + timedelta(days=30))} for env, flavor, concurrency in envelopes]}}
 
 
 def grouped_run(name: str, namespace: str = NS, *, flavor: str = FLAVOR, gpus: int = 8, group: int = 8) -> dict:
-    return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"resources": {"gpuType": flavor, "totalGPUs": gpus}, "locality": {"groupGPUs": group}}}
+    return run(name, namespace, flavor=flavor, gpus=gpus, group=group)
 
 
 def items(cp, plural: str, namespace: str = NS) -> list[dict]:
@@ -80,22 +74,6 @@ def patch_status(cp, plural: str, name: str, status: dict, namespace: str = NS) 
     assert code == 200, body
 
 
-def requests(cp, verb: str, resource: str, *, subresource: str = "", code: str | None = None) -> int:
-    """Requests the API server answered (its own apiserver_request_total), for jobtree.dev ``resource``."""
-    status, text = cp.request("GET", "/metrics")
-    assert status == 200
-    total = 0
-    for line in str(text).splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        labels = dict(_LABEL.findall(match.group("labels")))
-        if (labels.get("verb") == verb and labels.get("group") == "jobtree.dev" and labels.get("resource") == resource
-                and labels.get("subresource", "") == subresource and (code is None or labels.get("code") == code)):
-            total += int(float(match.group("value")))
-    return total
-
-
 def plugin(cp, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kubectl_runs", *args], capture_output=True, text=True,
                           env=dict(os.environ, KUBECONFIG=cp.admin_kubeconfig), timeout=120, cwd=str(ROOT))
@@ -103,17 +81,13 @@ def plugin(cp, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def cp():
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with ControlPlane(users=DEFAULT_USERS) as plane:
-        plane.kubectl("apply", "-f", str(ROOT / "crds"))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with control_plane() as plane:
         yield plane
 
 
 def test_admit_block_reserve_activate_by_lottery_crash_between_writes_verify_and_audit(cp, tmp_path):
-    create(cp, [node("n1"), node("n2"), node("m1", domain="d2"), budget("b", NS, [("main", FLAVOR, 64)])])
+    create(cp, [node("n1", flavor=FLAVOR), node("n2", flavor=FLAVOR), node("m1", flavor=FLAVOR, domain="d2"),
+                budget("b", NS, owner=OWNER, envelopes=[("main", FLAVOR, 64)])])
     create(cp, [grouped_run(name) for name in ("a", "b", "c")])
 
     # 1. Three runs admitted: a lease of 8 GPUs each, every slot once.
@@ -225,7 +199,7 @@ def test_a_pass_killed_between_two_mints_and_run_again_converges_to_the_planned_
     group 1 straddles both (two leases). --dry-run says what one pass writes; the first --once dies after its
     third lease, the second finishes: the same leases, and the API server created each exactly once."""
     create(cp, [node("x1", flavor="A100"), node("x2", flavor="A100"), node("x3", flavor="A100"),
-                budget("b", "crash", [("e1", "A100", 6), ("e2", "A100", 32)], owner="org:crash"),
+                budget("b", "crash", owner="org:crash", envelopes=[("e1", "A100", 6), ("e2", "A100", 32)]),
                 grouped_run("p", "crash", flavor="A100", gpus=16, group=4),
                 grouped_run("q", "crash", flavor="A100", gpus=8, group=4)])
     dry = plugin(cp, "reconcile", "--dry-run", "--manage-leases")
@@ -267,7 +241,7 @@ def test_two_replicas_managing_leases_the_standby_takes_over_from_a_leader_kille
     created exactly four GPULeases (no retry minted twice, the standby re-minted nothing), no slot is in two
     open leases, and ``leases audit --strict`` exits 0."""
     create(cp, [*(node(f"fo{i}", flavor="L40") for i in range(4)),
-                budget("b", "fo", [("e", "L40", 32)], owner="org:fo")])
+                budget("b", "fo", owner="org:fo", envelopes=[("e", "L40", 32)])])
     cp.kubectl("create", "namespace", "fo-election")
     election = ("--manage-leases", "--leader-elect", "--leader-election-namespace", "fo-election",
                 "--leader-election-id", "fo", "--metrics-addr", "0")

@@ -16,12 +16,12 @@ import time
 from datetime import timedelta
 
 import pytest
-from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
 from reconciler_harness import (
     API,
     ROOT,
     Reconciler,
     budget,
+    control_plane,
     create,
     delta,
     get,
@@ -45,12 +45,7 @@ WATCH = ("--no-leader-elect", "--metrics-addr", "0")
 
 @pytest.fixture(scope="module")
 def cp():
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with ControlPlane(users=DEFAULT_USERS) as plane:
-        plane.kubectl("apply", "-f", str(ROOT / "crds"))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with control_plane() as plane:
         create(plane, [node("n1", flavor=FLAVOR), node("n2", flavor=FLAVOR),
                        budget("b", NS, owner=OWNER, flavor=FLAVOR, concurrency=16),
                        run("small", NS, flavor=FLAVOR, gpus=4), run("huge", NS, flavor=FLAVOR, gpus=64),
@@ -183,10 +178,14 @@ def test_a_malformed_object_gets_an_event_and_the_loop_goes_on(cp, watcher):
     condition, _ = wait_for("the InvalidObject condition", invalid, timeout=10)
     assert condition["status"] == "False"
     assert "status.preemptions[0].reservation" in condition["message"]
-    code, events = cp.request(
-        "GET", f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3Dbroken")
-    assert code == 200
-    [event] = [e for e in events["items"] if e["reason"] == "InvalidObject"]
+
+    def recorded():  # the Event is its own write, made beside the condition's (not after it)
+        code, events = cp.request(
+            "GET", f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3Dbroken")
+        assert code == 200
+        return [e for e in events["items"] if e["reason"] == "InvalidObject"]
+
+    [event], _ = wait_for("the InvalidObject Event", recorded, timeout=10)
     assert event["type"] == "Warning" and "status.preemptions[0].reservation" in event["message"]
     create(cp, [run("after-broken", NS, flavor=FLAVOR, gpus=4)])
     wait_for("a later run's status", lambda: get(cp, run_path("after-broken")).get("status", {}).get("plan"),

@@ -14,13 +14,12 @@ import time
 import urllib.request
 
 import pytest
-from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
 from prometheus_client.parser import text_string_to_metric_families
 from reconciler_harness import (
     API,
-    ROOT,
     Reconciler,
     budget,
+    control_plane,
     create,
     delta,
     get,
@@ -42,13 +41,7 @@ RUNS = 10
 
 @pytest.fixture(scope="module")
 def cp():
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with ControlPlane(users=DEFAULT_USERS) as plane:
-        plane.kubectl("apply", "-f", str(ROOT / "crds"))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        plane.kubectl("create", "namespace", LEASE_NS)
+    with control_plane(LEASE_NS) as plane:
         slots = [f"n{i // 8}#{i % 8}" for i in range(16)]
         create(plane, [*(node(f"n{i}", flavor=FLAVOR) for i in range(4)),
                        budget("b", NS, owner=OWNER, flavor=FLAVOR, concurrency=32),
@@ -62,6 +55,10 @@ def replica(cp, identity: str, logs) -> Reconciler:
     return Reconciler(cp, "--leader-elect", "--leader-election-namespace", LEASE_NS, "--leader-election-id", LEASE,
                       "--identity", identity, "--metrics-addr", "127.0.0.1:0", "--resync-period", "3s",
                       log_dir=logs, name=identity)
+
+
+LOGFMT = re.compile(r'^time=\S+Z level=(?:info|warning|error) msg=(?:[^\s="]+|"(?:[^"\\]|\\.)*")'
+                    r'(?: \w+=(?:[^\s="]*|"(?:[^"\\]|\\.)*"))*$')
 
 
 def metrics_url(proc: Reconciler) -> str:
@@ -152,6 +149,10 @@ def test_two_replicas_one_writes_then_the_standby_takes_over_after_sigkill(cp, t
         assert value(served, "jobtree_budget_gpus", namespace=NS, envelope="main", **{"class": "owned"}) == 16
         assert value(served, "jobtree_api_writes_total", kind="Run", action="PatchStatus", outcome="ok") == RUNS
         assert value(served, "jobtree_reconcile_duration_seconds_count") >= 1
+        # only the leader exports the fleet gauges (docs/reconciler.md, Metrics): the standby evaluates nothing
+        standing = scrape(urls[standby_id])
+        assert value(standing, "jobtree_leader") == 0 and value(standing, "jobtree_ready") == 1
+        assert not [k for k in standing if k[0].startswith(("jobtree_budget_", "jobtree_reservation", "jobtree_runs"))]
 
         server = delta(status_patches(cp), before)
         print(f"\nleader {leader_id}: {len(ok_writes(leader))} writes logged; standby {standby_id}: "
@@ -192,3 +193,10 @@ def test_two_replicas_one_writes_then_the_standby_takes_over_after_sigkill(cp, t
         codes = {p.log_path.name: p.stop() for p in (a, b)}
     assert holder(cp) == ""  # the survivor released the Lease on SIGTERM
     assert sorted(codes.values()) == [-signal.SIGKILL, 0]
+    # Leader election logs as the rest of the reconciler: one logfmt line per event, nothing else on stderr.
+    for proc in (a, b):
+        assert [x for x in proc.lines() if not LOGFMT.match(x)] == [], proc.log_path.name
+    survivor = standby.lines()
+    for event in ("acquired", "released"):
+        assert [x for x in survivor if 'msg="leader election"' in x and f"event={event} " in x
+                and f"identity={standby_id}" in x and f"lease={LEASE_NS}/{LEASE}" in x], event

@@ -23,7 +23,8 @@ EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot",
            "queues-usage", "explain-workload",  # these two: tests/unit/test_kueue_explain.py
-           "leases-archive", "leases-archive-verify")  # these two: tests/unit/test_cli_archive.py
+           "leases-archive", "leases-archive-verify",  # these two: tests/unit/test_cli_archive.py
+           "leases-audit-every")  # tests/unit/test_audit_periods.py
 
 
 @cache

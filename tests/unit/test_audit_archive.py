@@ -1,0 +1,186 @@
+"""Differential tests of ``leases audit --archive`` (issue 16): on the same leases, the report read from an
+archive plus the live (here: snapshot) leases is exactly the report of one snapshot holding every lease —
+rows, GPU-hours, leases, peaks, totals and findings, byte for byte in ``-o json`` — for windows inside the
+archive, across its edge, outside it, over all of it; for every ``--by``; with ``-n``; when the archived leases
+are still live too (counted once); with two archives that overlap. Also on a generated fleet
+(bench/generate.py) with one planted finding of each kind, and on random histories (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from archive_fleets import fleet_objects, history
+from builders import T0, run_cli, snapshot, write_fleet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kubectl_runs.archive import reader, store
+from kubectl_runs.engine.audit import audit
+from kubectl_runs.engine.reports import plain
+
+ROOT = Path(__file__).resolve().parents[2]
+AT = T0 + timedelta(days=31)
+CUT = T0 - timedelta(days=40)
+LEASES = history(21, 700, days=150)
+
+
+def archived(x, cut=CUT) -> bool:
+    return x.status.closed and (x.status.ended or x.spec.start) < cut
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fleet")
+    everything = write_fleet(base / "all.yaml", [*fleet_objects(), *LEASES])
+    live = write_fleet(base / "live.yaml", [*fleet_objects(), *(x for x in LEASES if not archived(x))])
+    store.archive(base / "archive", LEASES, archived_at=AT, before=CUT)
+    # two archives that overlap: everything that ended 70 days before T0, and everything that ended before CUT
+    store.archive(base / "older", LEASES, archived_at=AT, before=T0 - timedelta(days=70))
+    return {"all": everything, "live": live, "archive": str(base / "archive"), "older": str(base / "older")}
+
+
+def report(capsys, *args: str) -> tuple[int, str, str]:
+    code, out, err = run_cli(capsys, "leases", "audit", "--at", AT.isoformat(), "-o", "json", *args)
+    return code, out, err
+
+
+WINDOWS = {
+    "inside": ["--since", (T0 - timedelta(days=120)).isoformat(), "--until", (T0 - timedelta(days=60)).isoformat()],
+    "across": ["--since", (T0 - timedelta(days=60)).isoformat(), "--until", (T0 - timedelta(days=20)).isoformat()],
+    "after": ["--since", (T0 - timedelta(days=10)).isoformat(), "--until", (T0 + timedelta(days=20)).isoformat()],
+    "before": ["--since", (T0 - timedelta(days=400)).isoformat(), "--until", (T0 - timedelta(days=300)).isoformat()],
+    "whole": ["--since", (T0 - timedelta(days=200)).isoformat()],
+    "default": [],
+}
+BYS = [["owner"], ["envelope"], ["flavor"], ["run"], ["node"], ["owner", "flavor"]]
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+@pytest.mark.parametrize("by", BYS, ids=["-".join(b) for b in BYS])
+def test_archive_and_live_is_the_snapshot_of_everything(capsys, fleet, window, by):
+    args = [*WINDOWS[window], *(x for b in by for x in ("--by", b))]
+    want = report(capsys, "--snapshot", fleet["all"], *args)
+    got = report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], *args)
+    assert got == want
+    if window in ("inside", "across", "whole"):
+        data = json.loads(want[1])
+        assert data["totals"]["leases"] > 50
+        kinds = {f["kind"] for f in data["findings"]}
+        assert {"DoubleBooked", "UnknownEnvelope", "UnknownRun"} <= kinds, kinds
+    if window == "inside":  # nothing of it is live any more: the archive alone gives it
+        live_only = report(capsys, "--snapshot", fleet["live"], *args)
+        assert json.loads(live_only[1])["totals"]["leases"] < json.loads(want[1])["totals"]["leases"]
+
+
+@pytest.mark.parametrize("window", ["across", "whole"])
+def test_counted_once(capsys, fleet, window):
+    """The archived leases still live (archived, not pruned), and two overlapping archives: each lease once."""
+    want = report(capsys, "--snapshot", fleet["all"], *WINDOWS[window])
+    assert report(capsys, "--snapshot", fleet["all"], "--archive", fleet["archive"], *WINDOWS[window]) == want
+    assert report(capsys, "--snapshot", fleet["live"], "--archive", fleet["older"], "--archive", fleet["archive"],
+                  *WINDOWS[window]) == want
+    assert report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], "--archive", fleet["archive"],
+                  *WINDOWS[window]) == want
+
+
+@pytest.mark.parametrize("namespace", ["team", "ext"])
+def test_a_namespace(capsys, fleet, namespace):
+    args = ["-n", namespace, *WINDOWS["whole"], "--by", "run"]
+    want = report(capsys, "--snapshot", fleet["all"], *args)
+    assert report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], *args) == want
+    assert json.loads(want[1])["rows"]
+
+
+def test_strict_exit_code_and_table(capsys, fleet):
+    args = [*WINDOWS["across"], "--strict"]
+    code, out, err = run_cli(capsys, "leases", "audit", "--at", AT.isoformat(), "--snapshot", fleet["all"], *args)
+    assert code == 3
+    assert run_cli(capsys, "leases", "audit", "--at", AT.isoformat(), "--snapshot", fleet["live"],
+                   "--archive", fleet["archive"], *args) == (code, out, err)
+
+
+def test_a_damaged_archive_counts_nothing(capsys, fleet, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(fleet["archive"], copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    last = copy / manifest["partitions"][-1]["file"]
+    last.write_bytes(last.read_bytes()[:100])
+    code, out, err = run_cli(capsys, "leases", "audit", "--snapshot", fleet["live"], "--archive", str(copy))
+    assert (code, out) == (1, "")
+    assert err == f"error: {last}: 100 bytes; the manifest says {manifest['partitions'][-1]['bytes']} (truncated or rewritten)\n"
+    code, out, err = run_cli(capsys, "leases", "audit", "--snapshot", fleet["live"], "--archive", str(tmp_path / "no"))
+    assert (code, out, err) == (1, "", f"error: {tmp_path / 'no'}: no such directory (not a lease archive)\n")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """A bench/generate.py fleet (2,000 leases over months, one planted finding of each kind), archived up to
+    20 days before its snapshot time, and the snapshot of what is left live."""
+    base = tmp_path_factory.mktemp("generated")
+    path = base / "fleet.json"
+    done = subprocess.run([sys.executable, "-m", "bench.generate", "--nodes", "64", "--envelopes", "64",
+                           "--leases", "2000", "--seed", "5", "-o", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(path.read_text())
+    at = data["metadata"]["annotations"]["jobtree.dev/snapshot-time"]
+    code = subprocess.run([sys.executable, "-m", "kubectl_runs", "leases", "archive", "--to", str(base / "archive"),
+                           "--snapshot", str(path), "--before", "20d"], capture_output=True, text=True, check=False)
+    assert code.returncode == 0, code.stderr
+    from kubectl_runs.sources.files import load_snapshot
+
+    cut = load_snapshot([str(path)]).taken_at - timedelta(days=20)
+    keep = []
+    for item in data["items"]:
+        if item["kind"] == "GPULease" and item.get("status", {}).get("closed"):
+            ended = item["status"].get("ended") or item["spec"]["start"]
+            from datetime import datetime
+
+            if datetime.fromisoformat(ended.replace("Z", "+00:00")) < cut:
+                continue
+        keep.append(item)
+    assert len(keep) < len(data["items"])
+    live = base / "live.json"
+    live.write_text(json.dumps({**data, "items": keep}))
+    return {"all": str(path), "live": str(live), "archive": str(base / "archive"), "at": at}
+
+
+@pytest.mark.parametrize("since", ["20d", "30d", "90d", "2000d"])
+@pytest.mark.parametrize("by", [["owner"], ["envelope", "run"], ["node"]], ids=["owner", "envelope-run", "node"])
+def test_a_generated_fleet(capsys, generated, since, by):
+    args = ["--since", since, *(x for b in by for x in ("--by", b))]
+    want = run_cli(capsys, "leases", "audit", "--snapshot", generated["all"], "-o", "json", *args)
+    got = run_cli(capsys, "leases", "audit", "--snapshot", generated["live"], "--archive", generated["archive"],
+                  "-o", "json", *args)
+    assert got == want
+    if since == "2000d":
+        kinds = {f["kind"] for f in json.loads(want[1])["findings"]}
+        assert kinds == {"DoubleBooked", "UnknownNode", "UnknownRun", "UnknownEnvelope", "ACLViolation", "Overdraft",
+                         "UnboundNamespace"}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), count=st.integers(0, 80), cut_days=st.integers(-130, 40),
+       lo_days=st.integers(-160, 40), span_days=st.integers(1, 200),
+       by=st.sampled_from([("owner",), ("node",), ("run", "flavor"), ("envelope",)]))
+def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by):
+    leases = history(seed, count, days=120)
+    cut = T0 + timedelta(days=cut_days)
+    directory = tmp_path_factory.mktemp("h")
+    store.archive(directory, leases, archived_at=AT, before=cut)
+    everything = snapshot(*fleet_objects(), *sorted(leases, key=lambda x: (x.metadata.namespace, x.metadata.name)))
+    live = snapshot(*fleet_objects(), *sorted((x for x in leases if not archived(x, cut)),
+                                              key=lambda x: (x.metadata.namespace, x.metadata.name)))
+    since = T0 + timedelta(days=lo_days)
+    until = since + timedelta(days=span_days)
+    want = audit(everything, AT, since=since, until=until, by=by)
+    merged = reader.with_archived(live, [reader.open_archive(directory)], since, min(until, AT))
+    got = audit(merged, AT, since=since, until=until, by=by)
+    assert plain(got.report) == plain(want.report)

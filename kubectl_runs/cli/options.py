@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import ExitCode, UsageError, UserError
+from ..formats import option_help
 from ..timeutil import TIMEOUT_UNITS, duration_seconds, now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
@@ -208,7 +209,7 @@ def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
-    from ..render import FORMATS
+    from ..formats import FORMATS
 
     return [name for name in FORMATS if name.startswith(incomplete)]
 
@@ -245,7 +246,7 @@ _GLOBAL_OPTIONS = (
     # Not a click.Choice: each command allows its own formats, and check_format refuses the others in kubectl's
     # words ("unable to match a printer … allowed formats are: …"), in one line.
     click.option("-o", "--output", metavar="FORMAT", shell_complete=_complete_formats, callback=_store("output"),
-                 expose_value=False, help="Output format: table, wide, json, yaml, or csv (tabular reports)."),
+                 expose_value=False, help=option_help()),
     click.option("--no-headers", is_flag=True, default=None, callback=_store("no_headers"), expose_value=False,
                  help="Print tables and CSV without the header row."),
     click.option("--request-timeout", metavar="DURATION", callback=_store("request_timeout"), expose_value=False,

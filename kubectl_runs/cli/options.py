@@ -187,10 +187,12 @@ class Command:
     def run(self, ctx: click.Context) -> int:
         self.complete(GlobalOptions.of(ctx))
         self.validate()
-        # every namespace: a report narrows its rows, never the arithmetic
-        snapshot = self.opts.load(None, queues=self.queues)
-        self.opts.print(self.evaluate(snapshot), self.fmt)
+        self.opts.print(self.evaluate(self.load()), self.fmt)
         return self.exit_code()
+
+    def load(self) -> Snapshot:
+        # every namespace: a report narrows its rows, never the arithmetic
+        return self.opts.load(None, queues=self.queues)
 
 
 def _parse_at(text: str) -> datetime:

@@ -9,13 +9,13 @@ described by ``Column``s (plus summary lines before it and further sections afte
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
+from . import json_text
 from .errors import UsageError
 from .formats import CSV, FORMATS, JSON, OBJECT_FORMATS, REPORT_FORMATS, TABLE, WIDE, YAML
 
@@ -77,7 +77,7 @@ def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: b
 
 
 def _write_json(doc: Document, out: IO[str], _err: IO[str], _no_headers: bool) -> None:
-    out.write(json.dumps(doc.data, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+    out.write(json_text.dumps(doc.data, _json_default) + "\n")  # json.dumps(indent=2, ensure_ascii=False)
 
 
 def _write_yaml(doc: Document, out: IO[str], _err: IO[str], _no_headers: bool) -> None:

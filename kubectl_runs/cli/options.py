@@ -17,7 +17,7 @@ from ..formats import option_help
 from ..timeutil import TIMEOUT_UNITS, duration_seconds, now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
-    from ..model import Snapshot
+    from ..model import Run, Snapshot
     from ..render import Document
     from ..sources import Source
 
@@ -193,6 +193,20 @@ class Command:
     def load(self) -> Snapshot:
         # every namespace: a report narrows its rows, never the arithmetic
         return self.opts.load(None, queues=self.queues)
+
+
+@dataclass
+class RunCommand(Command):
+    """A command about one Run (``plan``, ``explain``): RUN is NAME or NAMESPACE/NAME, checked before anything
+    is loaded, found (with a hint when it is in another namespace) once the snapshot is."""
+
+    run_name: str
+
+    def validate(self) -> None:
+        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
+
+    def run_of(self, snapshot: Snapshot) -> Run:
+        return self.opts.find("run", self.run_name, snapshot.runs_by_key)
 
 
 def _parse_at(text: str) -> datetime:

@@ -1,4 +1,5 @@
-"""Every output format, in one place (DESIGN.md: one renderer, one format registry).
+"""Every output format, in one place (DESIGN.md: one renderer; the formats themselves are registered in
+formats.py, and ``WRITERS`` at the end of this module gives each its writer).
 
 A command hands ``render`` a ``Document``: the exact data for ``-o json|yaml``, and for people a table
 described by ``Column``s (plus summary lines before it and further sections after it). Tables use tabulate
@@ -8,25 +9,17 @@ described by ``Column``s (plus summary lines before it and further sections afte
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
+from . import json_text
 from .errors import UsageError
+from .formats import CSV, FORMATS, JSON, OBJECT_FORMATS, REPORT_FORMATS, TABLE, WIDE, YAML
 
-TABLE, WIDE, JSON, YAML, CSV = "table", "wide", "json", "yaml", "csv"
-FORMATS = {
-    TABLE: "a table for people (default)",
-    WIDE: "a table with more columns",
-    JSON: "exact JSON, for machines",
-    YAML: "exact YAML",
-    CSV: "comma-separated values, one row per line (tabular reports)",
-}
-OBJECT_FORMATS = (TABLE, WIDE, JSON, YAML)
-REPORT_FORMATS = (TABLE, WIDE, JSON, YAML, CSV)
+__all__ = ["CSV", "FORMATS", "JSON", "OBJECT_FORMATS", "REPORT_FORMATS", "TABLE", "WIDE", "YAML"]
 
 TABLE_WIDTH = 100  # default-mode tables fit this many columns (DESIGN.md)
 COLUMN_GAP = 2  # tabulate's "plain" format puts two spaces between columns
@@ -80,16 +73,25 @@ class Document:
 def render(doc: Document, fmt: str, out: IO[str], err: IO[str], *, no_headers: bool = False) -> None:
     for note in doc.notes:
         err.write(f"warning: {note}\n")
-    if fmt == JSON:
-        out.write(json.dumps(doc.data, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-    elif fmt == YAML:
-        import yaml
+    WRITERS[fmt](doc, out, err, no_headers)
 
-        out.write(yaml.safe_dump(_plain(doc.data), sort_keys=False, allow_unicode=True, default_flow_style=False))
-    elif fmt == CSV:
-        _write_csv(doc, out, no_headers)
-    else:
-        _write_tables(doc, fmt == WIDE, out, err, no_headers)
+
+def _write_json(doc: Document, out: IO[str], _err: IO[str], _no_headers: bool) -> None:
+    out.write(json_text.dumps(doc.data, _json_default) + "\n")  # json.dumps(indent=2, ensure_ascii=False)
+
+
+def _write_yaml(doc: Document, out: IO[str], _err: IO[str], _no_headers: bool) -> None:
+    import yaml
+
+    out.write(yaml.safe_dump(_plain(doc.data), sort_keys=False, allow_unicode=True, default_flow_style=False))
+
+
+def _write_table(doc: Document, out: IO[str], err: IO[str], no_headers: bool) -> None:
+    _write_tables(doc, False, out, err, no_headers)
+
+
+def _write_wide(doc: Document, out: IO[str], err: IO[str], no_headers: bool) -> None:
+    _write_tables(doc, True, out, err, no_headers)
 
 
 def _write_tables(doc: Document, wide: bool, out: IO[str], err: IO[str], no_headers: bool) -> None:
@@ -157,7 +159,8 @@ def _plain_table(body: list[list[str]], aligns: Sequence[str]) -> str:
 
 def _wrap_prose(body: list[list[str]], chosen: Sequence[Column], no_headers: bool) -> list[list[str]]:
     """Wrap the last prose column so the table fits TABLE_WIDTH; other cells of a continuation row stay blank.
-    With -o wide (and in CSV/JSON) prose stays on one line."""
+    With -o wide (and in CSV/JSON) prose stays on one line. Not tabulate's ``maxcolwidths``: its wrapper breaks
+    words at hyphens, which would cut object names (``gpu-node-`` / ``a01``) that people copy from the table."""
     index = next((i for i in range(len(chosen) - 1, -1, -1) if chosen[i].prose), None)
     if index is None:
         return body
@@ -193,7 +196,7 @@ def _shown(column: Column, row: Any) -> str:
     return str(value)
 
 
-def _write_csv(doc: Document, out: IO[str], no_headers: bool) -> None:
+def _write_csv(doc: Document, out: IO[str], _err: IO[str], no_headers: bool) -> None:
     writer = csv.writer(out, lineterminator="\n")
     rows, columns = (doc.flat.rows, doc.flat.columns) if doc.flat is not None else (doc.rows, doc.columns)
     if not no_headers:
@@ -246,3 +249,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return _rfc3339(value)
     return value
+
+
+# The writer of each registered format (formats.REGISTRY): a format is added there and here, nowhere else.
+WRITERS: dict[str, Callable[[Document, IO[str], IO[str], bool], None]] = {
+    TABLE: _write_table, WIDE: _write_wide, JSON: _write_json, YAML: _write_yaml, CSV: _write_csv,
+}

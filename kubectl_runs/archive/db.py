@@ -3,12 +3,18 @@ downloads), and its errors turned into one line naming the file."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
-import duckdb
+from .frozen import ensure_duckdb
 
-from .manifest import ArchiveError
-from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION
+ensure_duckdb()  # the single-file executable unpacks DuckDB on first use (archive/frozen.py)
+
+import duckdb  # noqa: E402
+
+from .manifest import ArchiveError  # noqa: E402
+from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION  # noqa: E402
 
 Error = duckdb.Error
 
@@ -19,7 +25,8 @@ _TYPES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # how DESCRIBE spells the 
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory database; timestamps are read and written in UTC, and nothing is fetched from the network
     (DuckDB would otherwise download an extension it lacks)."""
-    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False})
+    spill = os.path.join(tempfile.gettempdir(), "kubectl-runs-duckdb")  # $TMPDIR: writable in the CronJob too
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "temp_directory": spill})
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
     return con

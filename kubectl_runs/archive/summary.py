@@ -17,7 +17,7 @@ def partitions(manifest: Manifest) -> list[reports.ArchivePartition]:
     ]
 
 
-def archive_report(result: ArchiveResult) -> reports.ArchiveReport:
+def archive_report(result: ArchiveResult, pruned: int = 0, prune_left: list[str] | None = None) -> reports.ArchiveReport:
     manifest = result.manifest
     return reports.ArchiveReport(
         archive=str(result.directory),
@@ -27,6 +27,8 @@ def archive_report(result: ArchiveResult) -> reports.ArchiveReport:
         ended_after_before=result.later,
         months=list(result.months),
         removed=list(result.removed),
+        pruned=pruned,
+        prune_left=list(prune_left or []),
         generation=manifest.generation,
         leases=manifest.leases,
         first_start=rfc3339(manifest.first_start),

@@ -12,7 +12,7 @@ from ..engine.explain import explain_run
 from ..errors import UsageError, UserError
 from ..views.explain import explain_document
 from .completion import complete_runs
-from .options import Command, global_options
+from .options import Command, RunCommand, global_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -56,15 +56,10 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
 
 
 @dataclass
-class ExplainOptions(Command):
-    run_name: str
-
-    def validate(self) -> None:
-        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
-
+class ExplainOptions(RunCommand):
     def evaluate(self, snapshot: Snapshot) -> Document:
         opts = self.opts
-        run = opts.find("run", self.run_name, snapshot.runs_by_key)
+        run = self.run_of(snapshot)
         namespace = run.metadata.namespace
         at = opts.evaluation_time(snapshot)
         events = None

@@ -4,8 +4,10 @@ findings that say whether the ledger was honest (API.md §5)."""
 from __future__ import annotations
 
 import gc
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +20,11 @@ from ..timeutil import parse_time, rfc3339
 from ..views.archive import archive_document, verify_document
 from ..views.audit import audit_document
 from ..views.periods import periods_document
-from .options import GlobalOptions, global_options
+from .options import Command, GlobalOptions, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 DEFAULT_SPAN = timedelta(days=30)
 
@@ -62,48 +68,68 @@ def audit_command(ctx: click.Context, since: str | None, until: str | None, by: 
       kubectl runs leases audit --strict                          # exit code 3 on any finding
       kubectl runs leases audit --archive /data/lease-archive --since 2025-01-01 --until 2026-01-01
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(REPORT_FORMATS)
-    dimensions = by or ("owner",)
-    if len(set(dimensions)) != len(dimensions):
-        raise UsageError(f"--by: each dimension at most once (got {', '.join(dimensions)})")
-    namespace = opts.report_namespace()
-    opened = []
-    if archives:  # checked before anything is read: a damaged archive fails with nothing counted
-        from ..archive import reader
+    return AuditOptions(since=since, until=until, by=by or ("owner",), strict=strict, every=every,
+                        archives=archives).run(ctx)
 
-        opened = [reader.open_archive(directory) for directory in archives]
-    # Read every namespace and narrow the report afterwards: an envelope in another namespace (a lender) is then
-    # still known to the ledger, live as from a snapshot.
-    snapshot = opts.load(None)
-    at = opts.evaluation_time(snapshot)
-    end = _time(until, at, "--until") if until else at
-    start = _time(since, at, "--since") if since else end - DEFAULT_SPAN
-    if start >= end:
-        raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
-    # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a month
-    # of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a fifth of the
-    # engine's time on the 1M-lease history). The command pauses it while the report is built; the pure engine
-    # leaves the process's GC alone.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        if opened:
-            snapshot = reader.with_archived(snapshot, opened, start, min(end, at))
-        if every is not None:
-            periods = audit_periods(snapshot, at, since=start, until=end, every=every, by=dimensions,
-                                    namespace=namespace, capacity=_recorded_capacity(opened),
-                                    present=fleet_gpus(snapshot))
-            report = periods.audit
-        else:
-            report = audit(snapshot, at, since=start, until=end, by=dimensions, namespace=namespace)
-    finally:
-        if paused:
-            gc.enable()
-    opts.print(periods_document(periods, namespace) if every is not None else audit_document(report, namespace), fmt)
-    if strict and report.findings:
-        return int(ExitCode.FINDINGS)
-    return int(ExitCode.OK)
+
+@dataclass
+class AuditOptions(Command):
+    since: str | None = None
+    until: str | None = None
+    by: tuple[str, ...] = ("owner",)
+    strict: bool = False
+    every: str | None = None
+    archives: tuple[str, ...] = ()
+    formats = REPORT_FORMATS
+    findings: int = 0
+    opened: list = field(default_factory=list)
+
+    def complete(self, opts: GlobalOptions) -> None:
+        super().complete(opts)
+        # Every namespace is read and the report narrowed afterwards: an envelope in another namespace (a
+        # lender) is then still known to the ledger, live as from a snapshot.
+        self.namespace = opts.report_namespace()
+
+    def validate(self) -> None:
+        if len(set(self.by)) != len(self.by):
+            raise UsageError(f"--by: each dimension at most once (got {', '.join(self.by)})")
+        if self.archives:  # checked before anything is read: a damaged archive fails with nothing counted
+            from ..archive import reader
+
+            self.opened = [reader.open_archive(directory) for directory in self.archives]
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        at = self.opts.evaluation_time(snapshot)
+        end = _time(self.until, at, "--until") if self.until else at
+        start = _time(self.since, at, "--since") if self.since else end - DEFAULT_SPAN
+        if start >= end:
+            raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
+        # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a
+        # month of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a
+        # fifth of the engine's time on the 1M-lease history). The command pauses it while the report is built;
+        # the pure engine leaves the process's GC alone.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            if self.opened:
+                from ..archive import reader
+
+                snapshot = reader.with_archived(snapshot, self.opened, start, min(end, at))
+            if self.every is not None:
+                periods = audit_periods(snapshot, at, since=start, until=end, every=self.every, by=self.by,
+                                        namespace=self.namespace, capacity=_recorded_capacity(self.opened),
+                                        present=fleet_gpus(snapshot))
+                self.findings = len(periods.audit.findings)
+                return periods_document(periods, self.namespace)
+            report = audit(snapshot, at, since=start, until=end, by=self.by, namespace=self.namespace)
+        finally:
+            if paused:
+                gc.enable()
+        self.findings = len(report.findings)
+        return audit_document(report, self.namespace)
+
+    def exit_code(self) -> int:
+        return int(ExitCode.FINDINGS) if self.strict and self.findings else int(ExitCode.OK)
 
 
 def _recorded_capacity(archives: list) -> list[tuple[datetime, dict[str, int]]]:
@@ -124,12 +150,16 @@ def _time(text: str, at: datetime, flag: str) -> datetime:
               "of start, with a manifest. Leases already there are not written again.")
 @click.option("--before", metavar="TIME",
               help="Only leases that ended before TIME: RFC 3339, a date, or a duration back from --at (30d).")
+@click.option("--prune", is_flag=True,
+              help="Then delete from the cluster the closed leases the archive holds (each re-read from the archive "
+              "and compared first; never an open lease). Needs delete on gpuleases (deploy/overlays/lease-archive).")
 @click.option("--verify", "verify", metavar="DIR",
               help="Check the archive at DIR: every file the manifest lists, its size, checksum, schema version, "
               "row count and time range. Exit code 1 when anything differs.")
 @global_options
 @click.pass_context
-def archive_command(ctx: click.Context, to: str | None, before: str | None, verify: str | None) -> int:
+def archive_command(ctx: click.Context, to: str | None, before: str | None, prune: bool,
+                    verify: str | None) -> int:
     """Keep closed leases in a columnar archive (Parquet) that audits read with --archive.
 
     Reads leases from the cluster or --snapshot; only closed leases are archived, each once (keyed by
@@ -142,38 +172,91 @@ def archive_command(ctx: click.Context, to: str | None, before: str | None, veri
       kubectl runs leases archive --verify /data/lease-archive
       kubectl runs leases audit --archive /data/lease-archive --since 2025-01-01 --until 2026-01-01
     """
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(REPORT_FORMATS)
-    if (to is None) == (verify is None):
-        raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
     if verify is not None:
-        if before is not None:
-            raise UsageError("--before goes with --to, not --verify")
-        return _verify(opts, verify, fmt)
-    from ..archive import store, summary
-
-    snapshot = opts.load(opts.report_namespace())
-    at = opts.evaluation_time(snapshot)
-    limit = _time(before, at, "--before") if before else None
-    gpus = fleet_gpus(snapshot)
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        result = store.archive(Path(to), snapshot.leases, archived_at=at, before=limit, gpus=gpus)
-    finally:
-        if paused:
-            gc.enable()
-    opts.print(archive_document(summary.archive_report(result)), fmt)
-    return int(ExitCode.OK)
+        return ArchiveVerifyOptions(verify, before=before, prune=prune, to=to).run(ctx)
+    return ArchiveOptions(to, before=before, prune=prune).run(ctx)
 
 
-def _verify(opts: GlobalOptions, directory: str, fmt: str) -> int:
-    from ..archive import reader, summary
+@dataclass
+class ArchiveOptions(Command):
+    """``leases archive --to DIR [--before TIME] [--prune]``."""
 
-    report = summary.verify_report(reader.verify(directory))
-    opts.print(verify_document(report), fmt)
-    if report.problems:
-        more = len(report.problems) - 1
-        click.echo(f"error: {report.problems[0]}" + (f" (and {more} more problems)" if more else ""), err=True)
+    to: str | None
+    before: str | None = None
+    prune: bool = False
+    formats = REPORT_FORMATS
+
+    def validate(self) -> None:
+        if self.to is None:
+            raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
+        if self.prune and self.opts.snapshots:
+            raise UsageError("--prune deletes leases from the cluster: it cannot be used with --snapshot")
+
+    def load(self) -> Snapshot:
+        return self.opts.load(self.opts.report_namespace())
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..archive import store, summary
+
+        at = self.opts.evaluation_time(snapshot)
+        limit = _time(self.before, at, "--before") if self.before else None
+        gpus = fleet_gpus(snapshot)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            result = store.archive(Path(self.to), snapshot.leases, archived_at=at, before=limit, gpus=gpus)
+        finally:
+            if paused:
+                gc.enable()
+        pruned, left = 0, []
+        if self.prune:
+            pruned, left = _prune(self.opts, result.directory, snapshot.leases, limit)
+        return archive_document(summary.archive_report(result, pruned, left))
+
+
+@dataclass
+class ArchiveVerifyOptions(Command):
+    """``leases archive --verify DIR``: reads the archive only (no cluster, no snapshot)."""
+
+    directory: str
+    before: str | None = None
+    prune: bool = False
+    to: str | None = None
+    formats = REPORT_FORMATS
+    problems: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.to is not None:
+            raise UsageError("give exactly one of --to DIR (write) and --verify DIR (check)")
+        if self.before is not None or self.prune:
+            raise UsageError(f"{'--before' if self.before is not None else '--prune'} goes with --to, not --verify")
+
+    def load(self) -> Any:
+        return None
+
+    def evaluate(self, _snapshot: Any) -> Document:
+        from ..archive import reader, summary
+
+        report = summary.verify_report(reader.verify(self.directory))
+        self.problems = list(report.problems)
+        return verify_document(report)
+
+    def exit_code(self) -> int:
+        if not self.problems:
+            return int(ExitCode.OK)
+        more = len(self.problems) - 1
+        click.echo(f"error: {self.problems[0]}" + (f" (and {more} more problems)" if more else ""), err=True)
         return int(ExitCode.FAILED)
-    return int(ExitCode.OK)
+
+
+def _prune(opts: GlobalOptions, directory: Path, leases, before: datetime | None) -> tuple[int, list[str]]:
+    """Delete the closed leases (ended before ``before``) that the archive, re-read now, holds unchanged."""
+    from ..archive import prune, reader, store
+    from ..sources.cluster import delete_leases
+
+    candidates = [x for x in leases if x.status.closed
+                  and (before is None or (x.status.ended or x.spec.start) < before)]
+    victims = prune.prunable(reader.open_archive(directory), candidates)
+    deleted, gone, changed = delete_leases(opts.source(opts.report_namespace()), victims,
+                                           after_each=lambda: store.crash_point("deleted"))
+    return deleted, gone + changed

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import ExitCode, UsageError, UserError
+from ..formats import option_help
 from ..timeutil import TIMEOUT_UNITS, duration_seconds, now_utc, parse_time
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
-    from ..model import Snapshot
+    from ..model import Run, Snapshot
     from ..render import Document
     from ..sources import Source
 
@@ -186,10 +187,26 @@ class Command:
     def run(self, ctx: click.Context) -> int:
         self.complete(GlobalOptions.of(ctx))
         self.validate()
-        # every namespace: a report narrows its rows, never the arithmetic
-        snapshot = self.opts.load(None, queues=self.queues)
-        self.opts.print(self.evaluate(snapshot), self.fmt)
+        self.opts.print(self.evaluate(self.load()), self.fmt)
         return self.exit_code()
+
+    def load(self) -> Snapshot:
+        # every namespace: a report narrows its rows, never the arithmetic
+        return self.opts.load(None, queues=self.queues)
+
+
+@dataclass
+class RunCommand(Command):
+    """A command about one Run (``plan``, ``explain``): RUN is NAME or NAMESPACE/NAME, checked before anything
+    is loaded, found (with a hint when it is in another namespace) once the snapshot is."""
+
+    run_name: str
+
+    def validate(self) -> None:
+        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
+
+    def run_of(self, snapshot: Snapshot) -> Run:
+        return self.opts.find("run", self.run_name, snapshot.runs_by_key)
 
 
 def _parse_at(text: str) -> datetime:
@@ -208,7 +225,7 @@ def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
-    from ..render import FORMATS
+    from ..formats import FORMATS
 
     return [name for name in FORMATS if name.startswith(incomplete)]
 
@@ -245,7 +262,7 @@ _GLOBAL_OPTIONS = (
     # Not a click.Choice: each command allows its own formats, and check_format refuses the others in kubectl's
     # words ("unable to match a printer … allowed formats are: …"), in one line.
     click.option("-o", "--output", metavar="FORMAT", shell_complete=_complete_formats, callback=_store("output"),
-                 expose_value=False, help="Output format: table, wide, json, yaml, or csv (tabular reports)."),
+                 expose_value=False, help=option_help()),
     click.option("--no-headers", is_flag=True, default=None, callback=_store("no_headers"), expose_value=False,
                  help="Print tables and CSV without the header row."),
     click.option("--request-timeout", metavar="DURATION", callback=_store("request_timeout"), expose_value=False,

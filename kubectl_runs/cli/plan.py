@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 import click
 
 from ..engine.plan import plan_run
-from ..errors import UserError
-from ..model import Run, Snapshot
 from ..views.plan import plan_document
 from .completion import complete_runs
-from .options import Command, global_options
+from .options import RunCommand, global_options
 
 if TYPE_CHECKING:
+    from ..model import Snapshot
     from ..render import Document
 
 
@@ -42,21 +41,7 @@ def plan(ctx: click.Context, run_name: str) -> int:
 
 
 @dataclass
-class PlanOptions(Command):
-    run_name: str
-
-    def validate(self) -> None:
-        self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
-
+class PlanOptions(RunCommand):
     def evaluate(self, snapshot: Snapshot) -> Document:
         # Every namespace is loaded: ancestors, siblings and sponsors live elsewhere.
-        run = self.opts.find("run", self.run_name, snapshot.runs_by_key)
-        at = self.opts.evaluation_time(snapshot)
-        return plan_document(plan_run(snapshot, run, at), self.fmt)
-
-
-def find_run(snapshot: Snapshot, namespace: str, name: str) -> Run:
-    run = snapshot.runs_by_key.get(f"{namespace}/{name}")
-    if run is None:
-        raise UserError(f"run {namespace}/{name} not found")
-    return run
+        return plan_document(plan_run(snapshot, self.run_of(snapshot), self.opts.evaluation_time(snapshot)), self.fmt)

@@ -3,11 +3,18 @@ from Kueue's own objects (kubectl_runs.kueue; docs/kueue.md). ``explain workload
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import click
 
 from ..render import REPORT_FORMATS
 from ..views.queues import usage_document
-from .options import GlobalOptions, global_options
+from .options import Command, global_options
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render import Document
 
 
 @click.group("queues")
@@ -21,7 +28,7 @@ def queues() -> None:
 @click.option("--flavor", metavar="FLAVOR", help="Keep the rows of this ResourceFlavor.")
 @global_options
 @click.pass_context
-def usage(ctx: click.Context, cohort: str | None, flavor: str | None) -> None:
+def usage(ctx: click.Context, cohort: str | None, flavor: str | None) -> int:
     """Per ClusterQueue, flavor and GPU resource (nvidia.com/gpu, amd.com/gpu): nominal quota, borrowing and
     lending limits, GPUs reserved and admitted, pending demand, the headroom within the queue and what its
     Cohort can lend now, and the GPUs of the nodes the flavor's nodeLabels select; per Cohort its pooled quota;
@@ -34,10 +41,17 @@ def usage(ctx: click.Context, cohort: str | None, flavor: str | None) -> None:
       kubectl runs queues usage --cohort research --flavor h100 -o wide
       kubectl runs queues usage --snapshot fleet.json -o json
     """
-    from ..kueue.usage import queues_usage
+    return QueuesUsageOptions(cohort=cohort, flavor=flavor).run(ctx)
 
-    opts = GlobalOptions.of(ctx)
-    fmt = opts.output_format(REPORT_FORMATS)
-    snapshot = opts.load(None, queues=True)
-    report = queues_usage(snapshot, cohort=cohort, flavor=flavor)
-    opts.print(usage_document(report), fmt)
+
+@dataclass
+class QueuesUsageOptions(Command):
+    cohort: str | None = None
+    flavor: str | None = None
+    formats = REPORT_FORMATS
+    queues = True
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..kueue.usage import queues_usage
+
+        return usage_document(queues_usage(snapshot, cohort=self.cohort, flavor=self.flavor))

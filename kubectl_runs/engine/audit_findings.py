@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
-from itertools import accumulate, compress, count, groupby, islice, takewhile
+from itertools import accumulate, chain, compress, count, groupby, islice, takewhile
 from operator import attrgetter, le, lt, neg
 
 from ..model import GPULease, Snapshot
@@ -81,11 +81,13 @@ def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[i
         return None
     order = _by_start_and_name(win, node_idx)
     rank = dict(zip(order, count()))
+    held: list[int] = []  # per entry: how many leases hold its slot list
     firsts: list[list[int]] = []  # per entry: the ranks of its first 4 leases
     latest: list[list[float]] = []  # per entry: its 2 latest ends
     holders: dict[str, list[int]] = {}
     for n, (list_id, slots) in enumerate(entries):
         idx = members[list_id]
+        held.append(len(idx))
         if len(idx) == 1:
             firsts.append([rank[idx[0]]])
             latest.append([ends[idx[0]]])
@@ -105,16 +107,16 @@ def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[i
     out = []
     for lists, slots in atoms.items():
         if len(lists) == 1:
-            held = len(members[entries[lists[0]][0]])
-            if held < 2:
+            count_held = held[lists[0]]
+            if count_held < 2:
                 continue
             ranks, two = firsts[lists[0]], latest[lists[0]]
         else:
-            held = sum(len(members[entries[n][0]]) for n in lists)
-            ranks = sorted(r for n in lists for r in firsts[n])[:4]
-            two = sorted(e for n in lists for e in latest[n])[-2:]
+            count_held = sum(map(held.__getitem__, lists))
+            ranks = sorted(chain.from_iterable(map(firsts.__getitem__, lists)))[:4]
+            two = sorted(chain.from_iterable(map(latest.__getitem__, lists)))[-2:]
         ordered = [leases[order[r]] for r in ranks]
-        out.append(_double_booked_said(starts[order[ranks[1]]], two[0], held, ordered, slots))
+        out.append(_double_booked_said(starts[order[ranks[1]]], two[0], count_held, ordered, slots))
     return out
 
 
@@ -318,7 +320,7 @@ def _double_booked_said(lo: float, hi: float, held: int, ordered: list[GPULease]
     leases and the first few others named."""
     lease = ordered[1]
     others = [ordered[0], *ordered[2:]]
-    said = _slot_list(sorted(slots, key=split_slot))
+    said = _slot_list(sorted(slots, key=split_slot) if len(slots) > 1 else slots)
     if held == 2:
         detail = (f"holds {said} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
                   "close the lease that is not running there")
@@ -409,11 +411,13 @@ def payers(win: Window) -> list[EnvelopeKey | None]:
     found = win._columns.get("payer")
     if found is not None:
         return found
+    # One key per PaidBy object (clip makes equal ones one object; any others only make equal keys): by
+    # identity, which reads no field of the object.
     paid_by = win.column("paid_by")
-    first: dict = {}
-    paid_by = list(map(first.setdefault, paid_by, paid_by))  # one PaidBy object per distinct value
-    keys = {id(paid): None if paid is None else (paid.namespace, paid.budget, paid.envelope) for paid in first}
-    out = list(map(keys.__getitem__, map(id, paid_by)))
+    ids = list(map(id, paid_by))
+    distinct = dict(zip(ids, paid_by, strict=True))
+    keys = {i: None if paid is None else (paid.namespace, paid.budget, paid.envelope) for i, paid in distinct.items()}
+    out = list(map(keys.__getitem__, ids))
     if any(key is not None and not key[0] for key in keys.values()):
         run_namespaces = win.column("run_namespace")
         for i, key in enumerate(out):

@@ -16,7 +16,7 @@ from ..model import GPULease, Reservation, Run, Snapshot
 from ..timeutil import rfc3339
 from .accounting import BORROWED, OWNED, SHARED, UNFUNDED, LeaseCharge
 from .plan import Plan, open_ledger, plan_run, reservation_of
-from .reports import (
+from .run_reports import (
     ExplainReport,
     FundingSplit,
     LeaseEntry,

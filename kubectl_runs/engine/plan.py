@@ -36,7 +36,7 @@ from .lottery import derive_seed
 from .packing import Capacity, group_unit, open_leases
 from .plan_remedies import remedies
 from .reasons import reasons
-from .reports import PlanReport, Reason, Remedy, Width, capacity_report, forecast_report, funding_report
+from .run_reports import PlanReport, Reason, Remedy, Width, capacity_report, forecast_report, funding_report
 
 # The names a plan carries (engine/codes.py), here too for the reconciler and the tests that read them.
 (INVALID_REQUEST, UNBOUND_NAMESPACE, NO_ENVELOPE, WINDOW_NOT_OPEN, INSUFFICIENT_BUDGET, BORROW_LIMIT, ACL_DENIED,

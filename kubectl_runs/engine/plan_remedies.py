@@ -15,7 +15,7 @@ from .codes import Confidence, RemedyKind
 from .forecast import Forecast
 from .funding import Funding
 from .remedies import RemedyCandidates
-from .reports import Remedy
+from .run_reports import Remedy
 
 RECLAIM_UNFUNDED, DROP_SPARE, SHRINK, BORROW, WAIT, LOTTERY = RemedyKind
 WINDOW_ALIGNED = Confidence.WINDOW_ALIGNED

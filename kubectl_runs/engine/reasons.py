@@ -14,7 +14,7 @@ from .accounting import Ledger
 from .codes import ReasonCode, Relation
 from .funding import Funding
 from .packing import Capacity
-from .reports import Reason
+from .run_reports import Reason
 
 (INVALID_REQUEST, UNBOUND_NAMESPACE, NO_ENVELOPE, WINDOW_NOT_OPEN, INSUFFICIENT_BUDGET, BORROW_LIMIT, ACL_DENIED,
  INSUFFICIENT_CAPACITY, NO_SINGLE_DOMAIN) = ReasonCode

@@ -1,4 +1,4 @@
-"""The JSON Schema of each report, generated from its type (engine/reports.py) into docs/schemas/.
+"""The JSON Schema of each report, generated from its type (engine/reports.py, engine/run_reports.py, kueue/reports.py) into docs/schemas/.
 
     python -m kubectl_runs.engine.schemas            # write docs/schemas/*.schema.json
     python -m kubectl_runs.engine.schemas --check    # exit 1 when a committed file differs
@@ -20,13 +20,12 @@ from .reports import (
     ArchiveReport,
     ArchiveVerifyReport,
     AuditReport,
-    ExplainReport,
     PeriodsAuditReport,
-    PlanReport,
     UsageReport,
     Value,
     VerifyReport,
 )
+from .run_reports import ExplainReport, PlanReport
 
 # file stem -> (command, report type)
 SCHEMAS: dict[str, tuple[str, type[Value]]] = {

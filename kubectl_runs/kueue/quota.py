@@ -20,7 +20,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -214,9 +214,13 @@ class CohortIssue:
 class Fleet:
     """The Kueue objects of a Snapshot, indexed, with the quota tree built and usage added (once)."""
 
-    def __init__(self, queues: QueueObjects, nodes: tuple[Node, ...], resources: Iterable[str] | None = None):
+    def __init__(self, queues: QueueObjects, nodes: tuple[Node, ...], resources: Iterable[str] | None = None,
+                 on_pending: Callable[[Fleet, str, Workload], None] | None = None):
         """``resources``: count usage of these resources only (`queues usage` needs the GPUs alone); None: all
-        (what `explain workload` needs to assign every resource group)."""
+        (what `explain workload` needs to assign every resource group). ``on_pending(fleet, cluster_queue,
+        workload)`` is called for each pending workload of a ClusterQueue during the one pass over the
+        workloads, in their order, with the quota tree's quotas already pooled (``QuotaNode.potential`` can be
+        asked then; usage is added after the pass)."""
         self.queues = queues
         self.resources = None if resources is None else tuple(resources)
         self.nodes = nodes
@@ -229,13 +233,15 @@ class Fleet:
         self.nodes_by_name: dict[str, QuotaNode] = {}
         self.cohorts: dict[str, QuotaNode] = {}
         self._build_tree()
+        for root in self._roots():
+            _pool_quotas(root)
         self.admitted: dict[str, dict[FR, int]] = {}  # ClusterQueue -> flavor/resource -> admitted
         self.reserving: dict[str, list[Workload]] = {}  # ClusterQueue -> its quota-reserving workloads
         self.pending: dict[str, list[Workload]] = {}  # ClusterQueue -> its pending workloads
         self.unqueued: list[Workload] = []  # pending workloads whose LocalQueue or ClusterQueue is missing
-        self._add_workloads()
+        self._add_workloads(on_pending)
         for root in self._roots():
-            _accumulate(root)
+            _pool_usage(root)
 
     # --- building --------------------------------------------------------------------------------------
 
@@ -269,9 +275,10 @@ class Fleet:
     def _roots(self) -> list[QuotaNode]:
         return [c for c in self.cohorts.values() if c.parent is None]
 
-    def _add_workloads(self) -> None:
+    def _add_workloads(self, on_pending: Callable[[Fleet, str, Workload], None] | None) -> None:
         """One tight pass over every workload (the hot loop of `queues usage` on 50,000 of them): what each holds
-        in its ClusterQueue, and which queue each pending one waits in."""
+        in its ClusterQueue, and which queue each pending one waits in (and ``on_pending`` on it, while it is
+        at hand)."""
         only = self.resources
         nodes = self.nodes_by_name
         cluster_queues = self.cluster_queues
@@ -321,6 +328,8 @@ class Fleet:
                     self.unqueued.append(workload)
                 else:
                     pending_by.setdefault(name, []).append(workload)
+                    if on_pending is not None:
+                        on_pending(self, name, workload)
 
     # --- questions ---------------------------------------------------------------------------------------
 
@@ -390,14 +399,23 @@ def _chain(node: QuotaNode) -> list[QuotaNode]:
     return [node, *node.ancestors()]
 
 
-def _accumulate(cohort: QuotaNode) -> None:
-    """``updateCohortResourceNode``: a Cohort's subtree quota and usage from its own quota and its children."""
+def _pool_quotas(cohort: QuotaNode) -> None:
+    """``updateCohortResourceNode``, its quota half: a Cohort's subtree quota from its own quota and its
+    children's (what they lend). Depends on no workload."""
     cohort.subtree = {fr: limits.nominal for fr, limits in cohort.quotas.items()}
+    for child in cohort.children:
+        if child.kind == "Cohort":
+            _pool_quotas(child)
+        for fr, quota in child.subtree.items():
+            cohort.subtree[fr] = cohort.subtree.get(fr, 0) + quota - child.guaranteed(fr)
+
+
+def _pool_usage(cohort: QuotaNode) -> None:
+    """``updateCohortResourceNode``, its usage half: a Cohort's usage from its children's, past what each keeps
+    (after ``_pool_quotas``)."""
     cohort.usage = {}
     for child in cohort.children:
         if child.kind == "Cohort":
-            _accumulate(child)
-        for fr, quota in child.subtree.items():
-            cohort.subtree[fr] = cohort.subtree.get(fr, 0) + quota - child.guaranteed(fr)
+            _pool_usage(child)
         for fr, used in child.usage.items():
             cohort.usage[fr] = cohort.usage.get(fr, 0) + max(0, used - child.guaranteed(fr))

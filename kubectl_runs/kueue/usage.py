@@ -121,8 +121,9 @@ class QueuesUsage:
 def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:
     """The report over the whole snapshot, then the rows asked for: ``cohort`` keeps the ClusterQueues in that
     Cohort's tree, ``flavor`` the rows of that flavor; the arithmetic always covers everything."""
-    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES)
-    pending = _pending_by_flavor(fleet)
+    demand = PendingDemand()
+    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES, on_pending=demand.add)
+    pending = demand.by_flavor()
     rows: list[QueueRow] = []
     for cq in sorted(snapshot.queues.cluster_queues, key=lambda c: c.name):
         node = fleet.nodes_by_name[cq.name]
@@ -190,71 +191,91 @@ def _status_total(usages, fr: FR) -> int | None:
     return None
 
 
-def _pending_by_flavor(fleet: Fleet) -> dict[tuple[str, str, str], tuple[int, int]]:
+class PendingDemand:
     """(ClusterQueue, flavor, resource) -> (GPUs, workloads) of the pending workloads, each pod set's GPUs counted
     once: at the first flavor of the queue's order that its pods may use (no untolerated taint, node affinity
     matches) and that could ever hold the request (the queue's maximum capacity there), else at the first
     flavor. That is where the demand waits for quota; `explain workload` shows Kueue's full assignment.
 
-    The hot loop of `queues usage` (tens of thousands of pending workloads): a pod set without selectors or
-    tolerations, the first of its workload, gets its flavor from a memo keyed by (resource, GPUs)."""
-    out: dict[tuple[str, str, str], tuple[int, int]] = {}
-    for cq_name, workloads in fleet.pending.items():
-        cq = fleet.cluster_queues[cq_name]
-        node = fleet.nodes_by_name[cq_name]
-        orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
-        memo: dict[str, dict[int, str]] = {resource: {} for resource in GPU_RESOURCES}
-        sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
-        for workload in workloads:
-            pod_sets = workload.spec.pod_sets
-            so_far: dict[FR, int] | None = {} if len(pod_sets) > 1 else None
-            for pod_set in pod_sets:
-                spec = pod_set.template.spec
-                containers = spec.containers
-                if len(containers) == 1 and not spec.init_containers and not spec.overhead:
-                    resources = containers[0].resources  # the common case, without building sets
-                    requests, limits = resources.requests, resources.limits
-                    gpus_per_pod = {}
-                    for resource in GPU_RESOURCES:
-                        value = requests.get(resource)
+    Fed by ``Fleet``'s one pass over the workloads (``add`` is its ``on_pending``), so that each pending
+    workload is read while it is at hand rather than in a second pass. The hot loop of `queues usage` (tens of
+    thousands of pending workloads): a pod set without selectors or tolerations, the first of its workload, gets
+    its flavor from a memo keyed by (resource, GPUs)."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, _QueueDemand] = {}
+
+    def add(self, fleet: Fleet, cq_name: str, workload) -> None:
+        queue = self.queues.get(cq_name)
+        if queue is None:
+            queue = self.queues[cq_name] = _QueueDemand(fleet, cq_name)
+        queue.add(workload)
+
+    def by_flavor(self) -> dict[tuple[str, str, str], tuple[int, int]]:
+        out: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for cq_name, queue in self.queues.items():
+            for (flavor, resource), (gpus, count) in queue.sums.items():
+                out[(cq_name, flavor, resource)] = (gpus, count)
+        return out
+
+
+class _QueueDemand:
+    """The pending demand of one ClusterQueue, workload by workload."""
+
+    def __init__(self, fleet: Fleet, cq_name: str) -> None:
+        self.fleet = fleet
+        self.cq = cq = fleet.cluster_queues[cq_name]
+        self.node = fleet.nodes_by_name[cq_name]
+        self.orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
+        self.memo: dict[str, dict[int, str]] = {resource: {} for resource in GPU_RESOURCES}
+        self.sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
+
+    def add(self, workload) -> None:
+        fleet, cq, node, orders, memo, sums = self.fleet, self.cq, self.node, self.orders, self.memo, self.sums
+        pod_sets = workload.spec.pod_sets
+        so_far: dict[FR, int] | None = {} if len(pod_sets) > 1 else None
+        for pod_set in pod_sets:
+            spec = pod_set.template.spec
+            containers = spec.containers
+            if len(containers) == 1 and not spec.init_containers and not spec.overhead:
+                resources = containers[0].resources  # the common case, without building sets
+                requests, limits = resources.requests, resources.limits
+                gpus_per_pod = {}
+                for resource in GPU_RESOURCES:
+                    value = requests.get(resource)
+                    if value is None:
+                        value = limits.get(resource)
                         if value is None:
-                            value = limits.get(resource)
-                            if value is None:
-                                continue
-                        amount = quantity(value, resource)
-                        if amount:
-                            gpus_per_pod[resource] = amount
+                            continue
+                    amount = quantity(value, resource)
+                    if amount:
+                        gpus_per_pod[resource] = amount
+            else:
+                gpus_per_pod = _pod_gpus(spec)
+            for resource, per_pod in gpus_per_pod.items():
+                order = orders[resource]
+                if not order:
+                    continue
+                gpus = per_pod * pod_set.count
+                plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
+                if plain and not so_far:
+                    sized = memo[resource]
+                    flavor = sized.get(gpus)
+                    if flavor is None:
+                        flavor = sized[gpus] = _first_that_holds(fleet, cq, node, order, resource, gpus, {}, spec, plain)
                 else:
-                    gpus_per_pod = _pod_gpus(spec)
-                for resource, per_pod in gpus_per_pod.items():
-                    order = orders[resource]
-                    if not order:
-                        continue
-                    gpus = per_pod * pod_set.count
-                    plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
-                    if plain and not so_far:
-                        sized = memo[resource]
-                        flavor = sized.get(gpus)
-                        if flavor is None:
-                            flavor = sized[gpus] = _first_that_holds(
-                                fleet, cq, node, order, resource, gpus, {}, spec, plain)
-                    else:
-                        flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far or {}, spec,
-                                                   plain)
-                    key = (flavor, resource)
-                    entry = sums.get(key)
-                    if entry is None:
-                        entry = sums[key] = [0, 0]
-                    entry[0] += gpus
-                    if so_far is None:
+                    flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far or {}, spec, plain)
+                key = (flavor, resource)
+                entry = sums.get(key)
+                if entry is None:
+                    entry = sums[key] = [0, 0]
+                entry[0] += gpus
+                if so_far is None:
+                    entry[1] += 1
+                else:
+                    if key not in so_far:
                         entry[1] += 1
-                    else:
-                        if key not in so_far:
-                            entry[1] += 1
-                        so_far[key] = so_far.get(key, 0) + gpus
-        for (flavor, resource), (gpus, count) in sums.items():
-            out[(cq_name, flavor, resource)] = (gpus, count)
-    return out
+                    so_far[key] = so_far.get(key, 0) + gpus
 
 
 def _pod_gpus(spec) -> dict[str, int]:

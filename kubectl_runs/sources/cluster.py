@@ -10,9 +10,12 @@ refused or unreachable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +24,7 @@ import msgspec
 
 from ..errors import UserError
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
-from ..model import GROUP, SNAPSHOT_KINDS, VERSION, Snapshot, snapshot_document
+from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
 from . import Source
 from .files import _Collector, gc_paused
 
@@ -36,6 +39,11 @@ RELIST_ATTEMPTS = 3
 # --request-timeout N replaces both with one limit on the request (kubectl's meaning); 0 means no limit.
 CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 60.0
+# Those limits are per wait: a server that trickles a byte now and then never trips them. So each request also
+# has a deadline for its whole answer, from the request to the body's last byte: --request-timeout N, else
+# DEADLINE (a page of 500 objects that takes ten minutes is not a working server).
+DEADLINE = 600.0
+_GRACE = 0.5
 
 
 @dataclass(frozen=True)
@@ -139,8 +147,6 @@ class Cluster:
 
     def get(self, path: str, query: list[tuple[str, Any]] | None = None) -> bytes:
         """GET ``path`` and return the body; non-2xx answers and transport failures raise ClusterError."""
-        from kubernetes.client.exceptions import ApiException
-
         request = self.api.param_serialize(
             method="GET",
             resource_path=path,
@@ -148,8 +154,43 @@ class Cluster:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
+        deadline = self.deadline
+        if deadline is None:
+            return self._fetch(request, path, {})
+        # The request runs in a worker thread the command waits for until the deadline; past it, the connection
+        # is shut (which ends the worker's read) and the command says so.
+        state: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                state["data"] = self._fetch(request, path, state)
+            except BaseException as exc:  # handed to the waiting thread
+                state["error"] = exc
+
+        worker = threading.Thread(target=work, name="kubectl-runs-request", daemon=True)
+        worker.start()
+        worker.join(deadline + _GRACE)  # a silent server: the client's own timeout says it first
+        if worker.is_alive():
+            _shut(state.get("response"))
+            raise self._timeout_error("deadline", deadline)
+        if "error" in state:
+            raise state["error"]
+        return state["data"]
+
+    @property
+    def deadline(self) -> float | None:
+        """Seconds for a whole request, its body's last byte included: ``--request-timeout``, else DEADLINE;
+        None with ``--request-timeout 0``."""
+        if self.timeout is None:
+            return DEADLINE
+        return self.timeout or None
+
+    def _fetch(self, request: Any, path: str, state: dict[str, Any]) -> bytes:
+        from kubernetes.client.exceptions import ApiException
+
         try:
             response = self.api.call_api(*request, _request_timeout=self.request_timeout)
+            state["response"] = response
             response.read()
         except ApiException as exc:  # raised by some transports before a response exists
             raise self._http_error(exc.status, exc.body, path) from None
@@ -158,6 +199,36 @@ class Cluster:
         if not 200 <= response.status <= 299:
             raise self._http_error(response.status, response.data, path)
         return response.data
+
+    def delete(self, path: str, body: dict) -> int:
+        """DELETE ``path`` with a DeleteOptions body; returns the HTTP status (2xx, 404 gone, 409 a failed
+        precondition). Other answers and transport failures raise ClusterError."""
+        from kubernetes.client.exceptions import ApiException
+
+        request = self.api.param_serialize(
+            method="DELETE",
+            resource_path=path,
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(*request, _request_timeout=self.request_timeout)
+            response.read()
+        except ApiException as exc:
+            status, data = exc.status, exc.body
+        except Exception as exc:
+            raise self._transport_error(exc) from None
+        else:
+            status, data = response.status, response.data
+        if status is not None and (200 <= status <= 299 or status in (404, 409)):
+            return status
+        if status == 403:
+            raise Forbidden(f"forbidden: {_status_message(data) or f'DELETE {path}'}")
+        if status == 401:
+            raise self._http_error(status, data, path)
+        raise ClusterError(f"the server at {self.server} answered {status} for DELETE {path}: "
+                           f"{_status_message(data) or 'no message'}")
 
     def pages(self, resource: Resource, namespace: str | None) -> Iterator[bytes]:
         """Every page of a list, following ``continue``; a 410 Gone (expired token) starts over."""
@@ -224,6 +295,8 @@ class Cluster:
         """One line naming the server, what it failed to do and the limit that fired."""
         if self.timeout:
             limit = f"within {self.timeout:g}s (--request-timeout)"
+        elif phase == "deadline":
+            limit = f"within {seconds:g}s (the default deadline of a request; --request-timeout sets another)"
         else:
             if phase == "read" and seconds == CONNECT_TIMEOUT != READ_TIMEOUT:
                 phase = "handshake"  # urllib3 calls a TLS handshake that never ends a read timeout
@@ -234,11 +307,21 @@ class Cluster:
             "connect": "did not accept a connection",
             "handshake": "accepted a connection but did not complete the TLS handshake",
             "read": "did not answer",
+            "deadline": "did not finish its answer",
         }[phase]
         return ClusterError(f"the server at {self.server} {doing} {limit}")
 
 
 _TIMEOUT_IN_TEXT = re.compile(r"\((connect|read) timeout=([0-9.]+)\)")
+
+
+def _shut(response: Any) -> None:
+    """End a read that is still going: shut the response's connection down (the worker then sees its end)."""
+    connection = getattr(getattr(response, "response", None), "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _timeout_of(exc: BaseException) -> tuple[str, float | None] | None:
@@ -412,6 +495,32 @@ def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes:
         pages = list(cluster.pages(resource, fallback))
         notes.append(f"{refused.message}; reading {resource.qualified} of namespace {fallback} only")
         return pages
+
+
+def delete_leases(source: Source, leases: Iterable[GPULease],
+                  after_each: Callable[[], None] | None = None) -> tuple[int, list[str], list[str]]:
+    """Delete these GPULeases, each only if it is still the object that was read (preconditions on its uid and
+    resourceVersion: a lease recreated or changed since is left alone). Returns (deleted, gone already, left
+    because it changed)."""
+    cluster = Cluster(source)
+    resource = RESOURCES[-1]
+    deleted, gone, changed = 0, [], []
+    for lease in leases:
+        meta = lease.metadata
+        preconditions = {"uid": meta.uid}
+        if meta.resource_version:
+            preconditions["resourceVersion"] = meta.resource_version
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        status = cluster.delete(f"{resource.path(meta.namespace)}/{quote(meta.name)}", body)
+        if status == 404:
+            gone.append(lease.key)
+        elif status == 409:
+            changed.append(lease.key)
+        else:
+            deleted += 1
+        if after_each is not None:
+            after_each()
+    return deleted, gone, changed
 
 
 def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:

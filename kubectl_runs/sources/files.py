@@ -36,6 +36,7 @@ from ..model import (
     AnyObject,
     Snapshot,
 )
+from .json_keys import duplicate_key
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 from .strict_yaml import StrictLoader
 
@@ -282,6 +283,11 @@ def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
 
 
 def _load_json(name: str, data: bytes, collector: _Collector) -> None:
+    repeated = duplicate_key(data)  # hand-written files only (see sources/json_keys.py)
+    if repeated is not None:
+        key, line, first = repeated
+        raise SnapshotError(f"{name}: duplicate key {key!r} at line {line} (first given at line {first}): an object "
+                            "gives each key once (the API server refuses it)")
     try:
         typed = _TYPED_LIST.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):

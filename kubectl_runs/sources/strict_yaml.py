@@ -8,16 +8,22 @@ looked at twice).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# What the API server reads as a float (sigs.k8s.io/yaml, go-yaml's yamlStyleFloat; YAML 1.2's core schema
+# agrees): PyYAML's YAML 1.1 wants a dot and a signed exponent, so it reads 1e30, 1E+9 or 5e-1 as strings.
+_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 
 
 class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The C safe loader, refusing a mapping key given twice (YAML says keys are unique; the API server refuses
-    such a manifest, where PyYAML would silently keep the last value)."""
+    such a manifest, where PyYAML would silently keep the last value), and reading numbers with an exponent
+    (``1e30``) as floats, as the API server does — so ``concurrency: 1e30`` is refused as a float, like
+    ``1.0e+30`` and JSON's ``1e30``, not as a string."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
@@ -43,3 +49,7 @@ def _refuse_duplicate_keys(pairs: list[tuple[Any, Any]]) -> None:
                 key.start_mark)
 
 
+
+
+# Integers are resolved first (``8`` stays an int); this adds the exponent forms YAML 1.1 leaves as strings.
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))

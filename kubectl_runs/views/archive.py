@@ -49,9 +49,15 @@ def archive_document(report: ArchiveReport) -> Document:
     added = f"Added {counted(report.added, 'closed lease')}"
     if report.months:
         added += f" ({counted(len(report.months), 'month')} rewritten: {', '.join(report.months)})"
-    summary = [added + (f"; {', '.join(left)}" if left else "") + ".",
-               _archive_line(report.archive, report.leases, report.partitions, report.first_start,
-                             report.last_ended, report.generation)]
+    summary = [added + (f"; {', '.join(left)}" if left else "") + "."]
+    if report.pruned or report.prune_left:
+        summary.append(f"Pruned {counted(report.pruned, 'lease')} from the cluster (each re-read from the archive)"
+                       + (f"; left {counted(len(report.prune_left), 'lease')} gone or changed since read: "
+                          + ", ".join(report.prune_left[:3]) + (" …" if len(report.prune_left) > 3 else "")
+                          if report.prune_left else "") + ".")
+    summary += [
+        _archive_line(report.archive, report.leases, report.partitions, report.first_start,
+                      report.last_ended, report.generation)]
     doc = Document(data=plain(report), rows=report.partitions, columns=PARTITION_COLUMNS, summary=summary)
     if report.removed:
         doc.notes.append(f"removed {counted(len(report.removed), 'file')} of replaced or interrupted runs: "

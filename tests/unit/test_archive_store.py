@@ -205,3 +205,18 @@ def test_an_archive_that_received_nothing_is_an_empty_archive(tmp_path):
     assert reader.open_archive(tmp_path / "a").manifest.leases == 0
     assert everything(tmp_path / "a") == []
     assert not reader.verify(tmp_path / "a").problems
+
+
+def test_prunable_is_only_what_the_archive_holds_unchanged(tmp_path):
+    from kubectl_runs.archive.prune import prunable
+
+    closed = [with_uid(lease(f"c{i}", ended=T0 + timedelta(hours=i + 1)), f"u{i}") for i in range(4)]
+    store.archive(tmp_path / "a", closed[:3], archived_at=AT)
+    arch = reader.open_archive(tmp_path / "a")
+    changed = msgspec.structs.replace(closed[2], status=msgspec.structs.replace(closed[2].status,
+                                                                                closure_reason="NodeFailure"))
+    reborn = with_uid(closed[1], "another-uid")
+    still_open = with_uid(lease("c0"), "u0")  # the key of an archived lease, but open: never pruned
+    got = prunable(arch, [closed[0], reborn, changed, closed[3], still_open])
+    assert [x.key for x in got] == ["team/c0"] and got[0] is closed[0]
+    assert [x.key for x in prunable(arch, closed)] == ["team/c0", "team/c1", "team/c2"]

@@ -169,6 +169,9 @@ CORPUS += [
     Case("int64-1e30-yaml", {"b.yaml": BUDGET.replace(b"concurrency: 1", b"concurrency: 1.0e+30")},
          ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
          "{dir}/b.yaml: Budget team/b: spec.envelopes[0].concurrency: expected int, got float"),
+    Case("int64-exponent-yaml", {"b.yaml": BUDGET.replace(b"concurrency: 1", b"concurrency: 1e30")},
+         ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
+         "{dir}/b.yaml: Budget team/b: spec.envelopes[0].concurrency: expected int, got float"),
     Case("int64-group-json", {"l.json": _json({**LEASE, "spec": {**LEASE["spec"], "group": 2**64}})},
          ["leases", "audit", "--snapshot", "{dir}/l.json"], 1,
          "{dir}/l.json: GPULease team/l: spec.group: expected int <= 9223372036854775807 (an int64)"),
@@ -193,6 +196,16 @@ CORPUS += [
     Case("duplicate-key", {"b.yaml": BUDGET.replace(b"  owner: org:a\n", b"  owner: org:a\n  owner: org:b\n")},
          ["budgets", "usage", "--snapshot", "{dir}/b.yaml"], 1,
          "{dir}/b.yaml: not valid YAML at line 6, column 3: duplicate key 'owner' (first given at line 5)"),
+    Case("duplicate-key-json", {"b.json": _json({"apiVersion": "v1", "kind": "List", "items": [LEASE]}).replace(
+        b'"group": 0', b'"group": 0,\n "group": 3')},
+         ["leases", "audit", "--snapshot", "{dir}/b.json"], 1,
+         "{dir}/b.json: duplicate key 'group' at line 2 (first given at line 1): an object gives each key once (the "
+         "API server refuses it)"),
+    Case("duplicate-key-json-nested", {"b.json": b'{"kind": "List", "items": [{"kind": "Node", "metadata": '
+                                                 b'{"name": "n1", "labels": {"a": "1",\n"b": "2", "a": "3"}}}]}'},
+         ["budgets", "usage", "--snapshot", "{dir}/b.json"], 1,
+         "{dir}/b.json: duplicate key 'a' at line 2 (first given at line 1): an object gives each key once (the "
+         "API server refuses it)"),
     Case("duplicate-key-kubeconfig", {"kubeconfig": KUBECONFIG_OK + b"current-context: y\n"},
          ["budgets", "usage", "--kubeconfig", "{dir}/kubeconfig"], 1,
          "kubeconfig {dir}/kubeconfig: not valid YAML at line 7, column 1: duplicate key 'current-context' (first "

@@ -205,3 +205,39 @@ def test_every_flag_the_deployments_pass_is_a_reconcile_flag():
         for arg in args[1:]:
             flag = arg.split("=", 1)[0]
             assert re.search(rf"(^|[\s/,]){re.escape(flag)}([\s=,/]|$)", done.stdout, re.M), flag
+
+
+ARCHIVER = f"{NS}/kubectl-runs-archiver"
+
+
+def test_lease_archive_overlay_is_a_nightly_cronjob_onto_a_pvc_with_only_read_and_delete_rights():
+    objs = render(DEPLOY / "overlays" / "lease-archive")
+    cron = one(objs, "CronJob", "kubectl-runs-lease-archive")
+    assert cron["metadata"]["namespace"] == NS
+    minute, hour, *rest = cron["spec"]["schedule"].split()
+    assert rest == ["*", "*", "*"] and minute.isdigit() and hour.isdigit()  # once a day
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "kubectl-runs-archiver"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["image"].startswith("ghcr.io/jobtree-dev/kubectl-runs:")
+    args = container["args"]
+    assert args[:2] == ["leases", "archive"] and "--prune" in args
+    to = next(a.split("=", 1)[1] for a in args if a.startswith("--to="))
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == to)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    claim = one(objs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["metadata"]["namespace"] == NS
+    # the flags parse as the command's own (a typo would fail every night)
+    from kubectl_runs.cli.leases import archive_command
+
+    archive_command.make_context("archive", list(args[2:]))
+    rights = {(g, r, v) for _, g, r, v, _ in granted(objs, ARCHIVER)}
+    assert rights == {("", "nodes", "get"), ("", "nodes", "list"),
+                      *{("jobtree.dev", k, v) for k in JOBTREE for v in ("get", "list")},
+                      ("jobtree.dev", "gpuleases", "delete")}
+
+
+def test_the_image_has_the_archive_extra():
+    assert re.search(r'pip install [^\n]*"\.\[archive\]"', (DEPLOY / "Dockerfile").read_text())

@@ -54,7 +54,7 @@ def test_root_help_imports_only_the_root():
     assert out.startswith("Usage: kubectl runs")
     ours = {m for m in modules if m.startswith("kubectl_runs")}
     assert ours <= {"kubectl_runs", "kubectl_runs.cli", "kubectl_runs.cli.main", "kubectl_runs.cli.options",
-                    "kubectl_runs.errors", "kubectl_runs.timeutil"}, sorted(ours)
+                    "kubectl_runs.errors", "kubectl_runs.formats", "kubectl_runs.timeutil"}, sorted(ours)
     assert not {"msgspec", "yaml", "tabulate", "humanize"} & top_level(modules)
 
 

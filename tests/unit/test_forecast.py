@@ -17,7 +17,8 @@ from kubectl_runs.engine import forecast as forecast_module
 from kubectl_runs.engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Release, forecast
 from kubectl_runs.engine.funding import Walk
 from kubectl_runs.engine.plan import plan_run
-from kubectl_runs.engine.reports import forecast_report, plain
+from kubectl_runs.engine.reports import plain
+from kubectl_runs.engine.run_reports import forecast_report
 
 NOW = at(hours=10)
 NO_FUNDING = SimpleNamespace(fundable=0, candidates=(), borrow_left=None)  # the funding stage, nothing to give

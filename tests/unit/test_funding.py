@@ -20,7 +20,8 @@ from builders import WINDOW_END, at, budget, envelope, lease, node, run, snapsho
 
 from kubectl_runs.engine.accounting import ledger
 from kubectl_runs.engine.funding import ANCESTOR, OWN, SIBLING, SPONSOR, funding
-from kubectl_runs.engine.reports import funding_report, plain
+from kubectl_runs.engine.reports import plain
+from kubectl_runs.engine.run_reports import funding_report
 
 NOW = at(hours=10)
 OWNER = "org:ai:lab:sys"

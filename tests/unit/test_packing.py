@@ -16,7 +16,8 @@ from kubectl_runs.engine.packing import (
     open_leases,
     place,
 )
-from kubectl_runs.engine.reports import capacity_report, plain
+from kubectl_runs.engine.reports import plain
+from kubectl_runs.engine.run_reports import capacity_report
 
 NOW = at(hours=10)
 OOS = [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]

@@ -15,7 +15,8 @@ import pytest
 from builders import at, budget, envelope, lease, node, reservation, run, slots, snapshot, to_manifest
 
 from kubectl_runs.engine.plan import plan_run
-from kubectl_runs.engine.reports import forecast_report, plain
+from kubectl_runs.engine.reports import plain
+from kubectl_runs.engine.run_reports import forecast_report
 from kubectl_runs.model import Run
 from kubectl_runs.views.plan import headline
 

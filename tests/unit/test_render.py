@@ -264,3 +264,36 @@ def test_bidirectional_overrides_are_cleaned_from_cells():
 
     assert clean("org:\u202etxt.exe") == "org: txt.exe"
     assert clean("a\u2066b\u2069c") == "a b c"
+
+
+def test_prose_wraps_between_words_never_inside_an_object_name():
+    """A wrapped finding keeps each name whole (``gpu-node-aaaa-bbbb-cccc`` copied from a table must still be the
+    node's name), so prose wraps at spaces only. tabulate's ``maxcolwidths`` breaks at hyphens (its text
+    wrapper's default), which is why render.py wraps prose itself."""
+    from kubectl_runs.render import Column, table
+
+    names = ["team-a/pretrain-32", "gpu-node-aaaa-bbbb-cccc", "org:ai:rai-sys", "h100-west-envelope-2025-11"] * 6
+    sentence = " then ".join(names)
+    columns = (Column("KIND", lambda r: r[0]), Column("DETAIL", lambda r: r[1], prose=True))
+    lines = table([("Overdraft", sentence)], columns, wide=False).splitlines()
+    assert len(lines) > 3 and max(len(line) for line in lines) <= 100
+    words = [w for line in lines[1:] for w in line[len("Overdraft  "):].split()]
+    assert words == sentence.split()  # every line break fell between two words
+
+
+def test_the_format_registry_drives_the_help_the_completion_and_the_dispatch():
+    """One table of formats (formats.REGISTRY): every format has a writer, the -o help names each one, and
+    completion offers them."""
+    from click.testing import CliRunner
+
+    from kubectl_runs.cli.main import cli
+    from kubectl_runs.cli.options import _complete_formats
+    from kubectl_runs.formats import REGISTRY, option_help
+    from kubectl_runs.render import WRITERS
+
+    names = [f.name for f in REGISTRY]
+    assert list(WRITERS) == names
+    assert option_help() == "Output format: table, wide, json, yaml, or csv (tabular reports)."
+    assert _complete_formats(None, None, "") == names and _complete_formats(None, None, "y") == ["yaml"]
+    help_text = " ".join(CliRunner().invoke(cli, ["budgets", "usage", "--help"]).output.split())
+    assert "Output format: table, wide, json, yaml, or csv (tabular reports)." in help_text

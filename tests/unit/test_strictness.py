@@ -101,7 +101,11 @@ def test_int64_max_itself_is_an_integer_like_any_other(tmp_path):
 
 @pytest.mark.parametrize(("text", "message"), [
     ("1.0e+30", "expected int, got float"),  # YAML 1.1 float
-    ("1e30", "expected int, got str"),  # YAML 1.1 reads 1e30 as a string: refused all the same
+    # YAML 1.1 reads these as strings; the API server (go-yaml) and YAML 1.2 read them as floats, and so do we.
+    ("1e30", "expected int, got float"),
+    ("1E+9", "expected int, got float"),
+    ("8e0", "expected int, got float"),
+    ("-5e-1", "expected int, got float"),
 ])
 def test_a_float_for_an_integer_is_refused_in_yaml(tmp_path, text, message):
     path = tmp_path / "b.yaml"
@@ -241,3 +245,17 @@ def test_other_resources_are_not_judged(tmp_path):
     doc["status"]["allocatable"].update({"cpu": "95500m", "memory": "1583020Mi", "example.com/foo": "x"})
     [loaded] = load_snapshot([write(tmp_path, doc, "yaml")]).nodes
     assert loaded.gpus == 8
+
+
+def test_exponent_numbers_read_as_the_api_server_reads_them():
+    """sigs.k8s.io/yaml's float grammar: an exponent without a dot or a sign is a float (YAML 1.1 said a
+    string); integers, strings that only look close, and 1.1's other forms are unchanged."""
+    from kubectl_runs.sources.strict_yaml import StrictLoader
+
+    def read(text):
+        return yaml.load(f"v: {text}", Loader=StrictLoader)["v"]
+
+    assert [read(t) for t in ("1e30", "1E+9", "5e-1", "-1e3", ".5e1")] == [1e30, 1e9, 0.5, -1000.0, 5.0]
+    assert [read(t) for t in ("8", "1_000", "1.5", "1.0e+30")] == [8, 1000, 1.5, 1e30]
+    assert [read(t) for t in ("1e", "e5", "1.2.3", "1e3x", "'1e30'")] == ["1e", "e5", "1.2.3", "1e3x", "1e30"]
+    assert yaml.safe_load("v: 1e30") == {"v": "1e30"}  # PyYAML's own loaders are left as they are

@@ -178,3 +178,74 @@ def test_a_refused_connection_is_not_a_timeout(tmp_path, capsys):
     assert err == (f"error: unable to connect to the server at {url}: connection refused (is the cluster up, and is "
                    "this the right kubeconfig context?)\n")
     assert elapsed < 4
+
+
+class TricklingServer:
+    """Answers every request with HTTP headers at once, then a body that never completes: one byte every 0.1 s
+    of a Content-Length it never reaches (each read of the client gets a byte long before its read timeout)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.port = self.socket.getsockname()[1]
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.socket.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)  # the request
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{")
+                while not self.closed.wait(0.1):
+                    conn.sendall(b" ")
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.closed.set()
+        self.socket.close()
+
+
+@pytest.fixture
+def trickling():
+    server = TricklingServer()
+    yield server
+    server.close()
+
+
+def test_request_timeout_is_a_deadline_for_the_whole_answer(tmp_path, capsys, trickling):
+    """A body that keeps coming a byte at a time never trips a per-read timeout; --request-timeout still ends
+    the request, counted from its start."""
+    url = f"http://127.0.0.1:{trickling.port}"
+    code, out, err, elapsed = run(capsys, ["budgets", "usage", "--kubeconfig", kubeconfig(tmp_path, url),
+                                           "--request-timeout", "1"])
+    assert (code, out) == (1, "")
+    assert err == f"error: the server at {url} did not finish its answer within 1s (--request-timeout)\n"
+    assert 1 <= elapsed < 4
+
+
+def test_the_default_deadline_fires(tmp_path, capsys, trickling, monkeypatch):
+    monkeypatch.setattr(cluster_module, "DEADLINE", 1.0)
+    url = f"http://127.0.0.1:{trickling.port}"
+    code, out, err, elapsed = run(capsys, ["leases", "audit", "--kubeconfig", kubeconfig(tmp_path, url)])
+    assert (code, out) == (1, "")
+    assert err == (f"error: the server at {url} did not finish its answer within 1s (the default deadline of a "
+                   "request; --request-timeout sets another)\n")
+    assert 1 <= elapsed < 4
+
+
+def test_the_default_deadline_is_ten_minutes(tmp_path):
+    config = kubeconfig(tmp_path, "http://127.0.0.1:1")
+    assert Cluster(Source(kubeconfig=config)).deadline == cluster_module.DEADLINE == 600.0
+    assert Cluster(Source(kubeconfig=config, request_timeout=2.5)).deadline == 2.5
+    assert Cluster(Source(kubeconfig=config, request_timeout=0.0)).deadline is None

@@ -1375,8 +1375,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--activations", type=int, help="activated Reservations (default: leases / 10,000)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-plants", action="store_true", help="plant no findings")
-    parser.add_argument("-o", "--output", required=True, help="where to write the JSON List")
+    parser.add_argument("-o", "--output", help="where to write the JSON List")
+    parser.add_argument("--history", metavar="DIR",
+                        help="history mode: write a multi-year lease archive (DIR/archive) month by month, and the "
+                             "present as DIR/fleet.json (bench/history.py); with --leases, --years, --nodes, --seed")
+    parser.add_argument("--years", type=int, default=3, help="history mode: years of leases (default 3)")
     args = parser.parse_args(argv)
+    if args.history:
+        from pathlib import Path
+
+        from bench.history import write_history
+
+        meta = write_history(Path(args.history), leases=args.leases or 10_000_000, years=args.years,
+                             nodes=args.nodes or 4096, seed=args.seed)
+        print(f"{args.history}: {meta['leases']:,} leases in {meta['months']} months, {meta['bytes'] / 1e6:,.1f} MB "
+              f"({meta['bytes'] / max(1, meta['leases']):.1f} bytes a lease), {meta['from']} to {meta['to']} "
+              f"[{meta['seconds']} s]", file=sys.stderr)
+        return 0
+    if not args.output:
+        parser.error("-o/--output is required (or --history DIR)")
     preset = SIZES[args.size]
     began = time.perf_counter()
     try:

@@ -7,10 +7,14 @@ import os
 import tempfile
 from pathlib import Path
 
-import duckdb
+from .frozen import ensure_duckdb
 
-from .manifest import ArchiveError
-from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION
+ensure_duckdb()  # the single-file executable unpacks DuckDB on first use (archive/frozen.py)
+
+import duckdb  # noqa: E402
+
+from .manifest import ArchiveError  # noqa: E402
+from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION  # noqa: E402
 
 Error = duckdb.Error
 

@@ -18,9 +18,11 @@ The reconciler runs as a user runs it (`python -m kubectl_runs reconcile --no-le
 - *lease → budget status*: create (then delete) a GPULease of a Pending run, poll until the Budget's
   `status.envelopes[0].usedGPUs` moved by its GPUs (the heavy path: every run of the flavor is re-evaluated).
 - *cold start*: process start → every run has `status.plan` (list + first evaluation + every write).
-- *full resync* of the converged fleet: the reconciler's own `jobtree_reconcile_duration_seconds` over
-  periodic resyncs (the whole fleet evaluated, nothing to write), and the writes the API server counted over
-  them (every POST/PUT/PATCH/DELETE of jobtree.dev resources and Events).
+- *restart* over the converged fleet and *full resync* (idle): the reconciler's own
+  `jobtree_reconcile_duration_seconds`, summed over every batch of the start-up pass, and of each periodic
+  resync pass (the whole fleet evaluated, 64 objects per batch, nothing to write; the median pass is shown),
+  each read once the process is idle again; and the writes the API server counted over them (every
+  POST/PUT/PATCH/DELETE of jobtree.dev resources and Events).
 - RSS: VmRSS and VmHWM of the reconciler process from /proc.
 """
 
@@ -265,8 +267,8 @@ def run_spec_latency(cp, rec: Reconciler, samples: int) -> list[float]:
             return (run.get("status") or {}).get("observedGeneration") == gen
 
         wait_for(done, 900)
+        out.append(time.monotonic() - t0)  # the latency, taken before waiting for the reconciler to be idle again
         wait_for(rec.settled, 1800, every=0.0)
-        out.append(time.monotonic() - t0)
     return out
 
 
@@ -323,28 +325,35 @@ def measure(cp, label: str, runs: int, leases: int, samples: int, pairs: int, re
     rec = Reconciler(cp, work / f"resync-{runs}.log", resync)
     try:
         rec.wait_log("msg=synced")
-        wait_for(lambda: rec.histogram()[1] >= 1, 1800, every=0.5)  # the start-up pass over everything
+        wait_for(lambda: rec.histogram()[1] >= 1, 1800, every=0.5)
+        wait_for(rec.settled, 1800, every=0.0)  # the start-up pass over everything: every batch of it
         first_sum, first_count = rec.histogram()
         restart_writes = minus(server_writes(cp), before)
         n = 3 if runs <= 100 else 2
-        resyncs = sum(1 for x in rec.lines() if "msg=resync " in x)
-        rec.wait_log("msg=resync ", count=resyncs + 1, timeout=resync * 3 + 1800)
         w0 = server_writes(cp)
-        s0, c0 = rec.histogram()
-        wait_for(lambda: rec.histogram()[1] >= c0 + n, resync * (n + 2) + 3600, every=0.5)
-        s1, c1 = rec.histogram()
+        passes: list[tuple[float, float]] = []  # (seconds, batches) of each idle resync pass
+        for _ in range(n):
+            s0, c0 = rec.histogram()  # idle: the last pass is over, the next resync has not come
+            resyncs = sum(1 for x in rec.lines() if "msg=resync " in x)
+            rec.wait_log("msg=resync ", count=resyncs + 1, timeout=resync * 3 + 1800)
+            wait_for(lambda c=c0: rec.histogram()[1] > c, 1800, every=0.05)
+            wait_for(rec.settled, 1800, every=0.0)  # every batch of the pass done
+            s1, c1 = rec.histogram()
+            passes.append((s1 - s0, c1 - c0))
         idle_writes = minus(server_writes(cp), w0)
         rss_idle = rec.rss()
-        print(f"[{label}] restart: first pass {first_sum / first_count:.2f} s, writes {restart_writes or 'none'}; "
-              f"{c1 - c0:g} resync batches: {(s1 - s0) / (c1 - c0):.2f} s each, writes {idle_writes or 'none'}; "
-              f"RSS/peak {rss_idle} MB", file=sys.stderr)
+        print(f"[{label}] restart: {first_sum:.2f} s in {first_count:g} batches, writes {restart_writes or 'none'}; "
+              f"{n} idle resync passes: " + ", ".join(f"{t:.2f} s in {b:g} batches" for t, b in passes)
+              + f", writes {idle_writes or 'none'}; RSS/peak {rss_idle} MB", file=sys.stderr)
     finally:
         rec.stop()
     return {
         "label": label, "runs": runs, "leases": leases, "synced": synced, "converged": converged,
         "cold_writes": sum(cold_writes.values()), "spec": spec, "budget": budget,
-        "restart_seconds": first_sum / first_count, "restart_writes": sum(restart_writes.values()),
-        "resyncs": c1 - c0, "resync_seconds": (s1 - s0) / (c1 - c0),
+        "restart_seconds": first_sum, "restart_batches": first_count,
+        "restart_writes": sum(restart_writes.values()),
+        "resyncs": len(passes), "resync_seconds": statistics.median(t for t, _ in passes),
+        "resync_batches": statistics.median(b for _, b in passes),
         "idle_writes": sum(idle_writes.values()), "idle_detail": idle_writes,
         "rss": max(rss_busy[0], rss_idle[0]), "hwm": max(rss_busy[1], rss_idle[1]),
     }
@@ -389,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                             cwd=ROOT).stdout.strip()
     print(f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit} on {cpu}, {os.cpu_count()} cores "
           f"(shared with other work); Python {platform.python_version()}; `python -m bench.bench_reconcile "
-          f"--samples {args.samples} --resync-period {args.resync_period:g}` ({elapsed:.0f} s in all).")
+          f"--samples {args.samples} --pairs {args.pairs} --big-samples {args.big_samples} --big-pairs {args.big_pairs} "
+          f"--resync-period {args.resync_period:g}` ({elapsed:.0f} s in all; load average "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} at the end).")
     print()
     print("| fleet | run spec → status: median / p99 | lease → budget status: median / p99 | cold start: "
           "synced / every status written | restart over the converged fleet | full resync (idle) | "
@@ -400,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['runs']:,} runs, {r['leases']:,} leases | {ms(statistics.median(r['spec']))} / "
               f"{ms(pct(r['spec'], 0.99))} | {ms(statistics.median(r['budget']))} / {ms(pct(r['budget'], 0.99))} "
               f"({len(r['budget'])}) | {r['synced']:.1f} s / {r['converged']:.1f} s ({r['cold_writes']:,} writes) | "
-              f"{r['restart_seconds']:.1f} s, {r['restart_writes']} writes | {r['resync_seconds']:.1f} s | "
+              f"{r['restart_seconds']:.2f} s ({r['restart_batches']:g} batches), {r['restart_writes']} writes | "
+              f"{r['resync_seconds']:.2f} s ({r['resync_batches']:g} batches) | "
               f"**{per:g}** ({r['idle_writes']} over {r['resyncs']:g}) | {r['rss']} MB ({r['hwm']} MB) |")
     print()
     print(f"Samples: run spec changes {args.samples} (100 runs) and {args.big_samples} (big fleet), each taken "

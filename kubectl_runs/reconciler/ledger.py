@@ -67,6 +67,7 @@ from typing import Any
 
 import msgspec
 
+from ..engine.evaluation import Evaluation
 from ..engine.forecast import REPORTED, WINDOW_ALIGNED
 from ..engine.funding import FundingSource, funding
 from ..engine.lottery import CLOSURE_REASON, LOTTERY, PREEMPTING_KINDS, activation_json, is_activated
@@ -216,12 +217,15 @@ class _Pass:
     def snap(self) -> Snapshot:
         return self.objects.snapshot
 
-    def book(self) -> tuple[list[GPULease], Any]:
-        """The leases open now and their ledger, for the current view (computed again only after a write)."""
+    def evaluation(self) -> Evaluation:
+        """What every plan of the current view shares (engine/evaluation.py: the open leases, their ledger, free
+        capacity, funding inputs), computed once per view: planning every live run stays one pass over the
+        leases, not one per run."""
         snap = self.snap
         if self._book is None or self._book[0] is not snap:
-            self._book = (snap, *open_ledger(snap, self.at))
-        return self._book[1], self._book[2]
+            leases, book = open_ledger(snap, self.at)
+            self._book = (snap, Evaluation(snap, self.at, leases=leases, book=book))
+        return self._book[1]
 
     def emit(self, write: AnyWrite) -> None:
         self.writes.append(write)
@@ -397,8 +401,9 @@ class _Pass:
         held = _held(snap, run, self.at)
         if _full(run, held):
             return False
-        leases, book = self.book()
-        plan = plan_run(snap, run, self.at, leases=leases, book=book)
+        ev = self.evaluation()
+        book = ev.book
+        plan = plan_run(snap, run, self.at, evaluation=ev)
         if plan.blocked is not None:
             return False
         widths = [plan.planned_width] if plan.need > 0 and plan.deficit == 0 else []
@@ -431,7 +436,7 @@ class _Pass:
 
     def reserve(self) -> None:
         snap = self.snap
-        leases, book = self.book()
+        ev = self.evaluation()
         pending: dict[str, list[Reservation]] = {}
         for reservation in sorted(snap.reservations, key=lambda r: r.key):
             if _pending(reservation):
@@ -446,7 +451,7 @@ class _Pass:
                 for r in mine:
                     self._settle(r, RELEASED, "RunFinished", f"run {run_key} {run.status.phase}")
                 continue
-            plan = plan_run(snap, run, self.at, leases=leases, book=book)
+            plan = plan_run(snap, run, self.at, evaluation=ev)
             if plan.growing or plan.need == 0:
                 for r in mine:
                     self._settle(r, RELEASED, "Started", f"run {run_key} started without it")
@@ -455,7 +460,7 @@ class _Pass:
                     if r.status.state is None:  # created, its status not written yet (a crash, or this pass)
                         self._pending_state(r)
         snap = self.snap
-        leases, book = self.book()
+        ev = self.evaluation()
         waiting = {r.spec.run_ref.key for r in snap.reservations if _pending(r)}
         far = datetime.max.replace(tzinfo=UTC)
         for run in sorted((r for r in snap.runs if _live(r)), key=lambda r: (r.metadata.creation_timestamp or far,
@@ -464,7 +469,7 @@ class _Pass:
                 continue
             if _full(run, _held(snap, run, self.at)):
                 continue
-            plan = plan_run(snap, run, self.at, leases=leases, book=book)
+            plan = plan_run(snap, run, self.at, evaluation=ev)
             if plan.blocked is not None or plan.need <= 0 or plan.deficit <= 0 or plan.growing:
                 continue
             body = self._reservation_body(run, plan)

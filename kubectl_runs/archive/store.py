@@ -180,9 +180,9 @@ def archive(
     rewritten: list[str] = []
     replaced: list[Path] = []
     added = 0
-    for month in staged:
+    for month, count in staged:
         old = partitions.get(month)
-        fresh = _fresh_rows(con, directory, month, old)
+        fresh = count if old is None else _fresh_rows(con, directory, month, old)
         if fresh == 0:
             continue
         part = _write_month(con, directory, month, old, generation)
@@ -226,8 +226,8 @@ def _keep_empty(directory: Path) -> None:
 # --- DuckDB ------------------------------------------------------------------------------------------------------
 
 
-def _stage(con, staging: Path, rows: list) -> list[str]:
-    """The rows as the table ``staged`` (with their month); returns the months, in order."""
+def _stage(con, staging: Path, rows: list) -> list[tuple[str, int]]:
+    """The rows as the table ``staged`` (with their month); returns (month, rows), in order."""
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     path = staging / "rows.jsonl"
@@ -244,7 +244,7 @@ def _stage(con, staging: Path, rows: list) -> list[str]:
         f"CREATE TEMP TABLE staged AS SELECT {select}, strftime(make_timestamp(start), '%Y-%m') AS month "
         f"FROM read_json({db.quote(path)}, format = 'newline_delimited', columns = {spec})"
     )
-    return [m for (m,) in con.execute("SELECT DISTINCT month FROM staged ORDER BY month").fetchall()]
+    return con.execute("SELECT month, count(*) FROM staged GROUP BY month ORDER BY month").fetchall()
 
 
 def _fresh_rows(con, directory: Path, month: str, old: Partition | None) -> int:
@@ -271,9 +271,11 @@ def _write_month(con, directory: Path, month: str, old: Partition | None, genera
     name = f"leases-{generation:06d}.parquet"
     tmp, final = folder / f".{name}.tmp", folder / name
     columns = ", ".join(COLUMN_NAMES)
-    source = "SELECT * FROM fresh"
-    if old is not None:
-        source += f" UNION ALL SELECT {columns} FROM read_parquet({db.quote(directory / old.file)})"
+    if old is None:  # a month the archive does not hold yet: every staged lease of it is fresh
+        source = f"SELECT {columns} FROM staged WHERE month = {db.quote(month)}"
+    else:
+        source = (f"SELECT * FROM fresh UNION ALL SELECT {columns} "
+                  f"FROM read_parquet({db.quote(directory / old.file)})")
     con.execute(
         f"COPY (SELECT {columns} FROM ({source}) ORDER BY start, namespace, name, uid) TO {db.quote(tmp)} "
         f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP}, "

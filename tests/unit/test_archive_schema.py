@@ -62,3 +62,15 @@ def test_the_row_columns():
     assert schema.micros(schema.instant(1_762_000_000_123_456)) == 1_762_000_000_123_456
     assert schema.month_of(schema.micros(datetime(2025, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))) == "2025-12"
     assert [c[0] for c in schema.COLUMNS] == list(schema.COLUMN_NAMES)
+
+
+def test_micros_is_exact():
+    import random
+
+    rng = random.Random(16)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for _ in range(20_000):
+        us = rng.randrange(0, 8 * 10**15)  # 1970 .. 2223
+        assert schema.micros(schema.instant(us)) == us
+        offset = schema.instant(us).astimezone(timezone(timedelta(hours=-7)))
+        assert schema.micros(offset) == us == (offset - epoch) // timedelta(microseconds=1)

@@ -345,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(report) + "\n"
     print(text)
     if args.write:
-        Path(args.write).write_text(text + kept_sections(Path(args.write)))
+        try:
+            write_report(Path(args.write), text)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 1 if any("error" in r for r in results) else 0
 
 
@@ -360,6 +364,19 @@ def kept_sections(path: Path) -> str:
         return ""
     at = old.find(KEEP_MARK)
     return "" if at < 0 else "\n" + old[at:]
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write the generated ``text`` to ``path``, keeping every hand-written section below KEEP_MARK as it is. A
+    report that exists but has no KEEP_MARK is not overwritten (its hand-written sections would be lost)."""
+    try:
+        old = path.read_text()
+    except FileNotFoundError:
+        old = ""
+    if old.strip() and KEEP_MARK not in old:
+        raise ValueError(f"{path} has no line {KEEP_MARK!r}: not overwritten (put the line above the sections "
+                         "written by hand, or write elsewhere)")
+    path.write_text(text + kept_sections(path))
 
 
 if __name__ == "__main__":

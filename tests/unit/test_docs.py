@@ -51,6 +51,15 @@ def test_the_pages_exist():
         assert page in names
 
 
+def test_the_docs_index_links_every_page():
+    """docs/README.md is where a reader starts: every page of docs/ is linked from it."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert pages - linked == set()
+    assert {"architecture.md", "kueue.md"} <= linked
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_every_relative_link_resolves_inside_the_repository(page):
     assert link_problems(page) == []

@@ -16,7 +16,8 @@ window and the peak of GPUs held at one instant, with the totals and the finding
   (``accounting.ledger``) evaluated at the end of the window and at every lease start inside the window where a
   problem is possible (see ``ledger_findings``).
 
-The window's flat columns and sweeps are engine/audit_window.py; the findings are engine/audit_findings.py.
+The window's flat columns and sweeps are engine/audit_window.py; the findings are engine/audit_slots.py (slots) and
+engine/audit_findings.py (runs, envelopes, the ledger).
 Histories run to millions of leases, so the arithmetic works on flat lists of floats (epoch seconds, computed
 once per lease) and leans on C-level builtins (``sorted``, ``map``, ``accumulate``) rather than per-slot Python
 work: slots are looked at once per distinct slot list, not once per lease.
@@ -32,15 +33,8 @@ from operator import mul, sub
 from ..model import Snapshot
 from ..timeutil import rfc3339
 from . import reports
-from .audit_findings import (
-    NODE_GONE_REASONS,
-    RUN_GONE_REASONS,
-    envelope_findings,
-    ledger_findings,
-    payers,
-    run_findings,
-    slot_findings,
-)
+from .audit_findings import RUN_GONE_REASONS, envelope_findings, ledger_findings, payers, run_findings
+from .audit_slots import NODE_GONE_REASONS, slot_findings
 from .audit_window import Window, clip, gpu_seconds, group_indices, key_peaks, node_entries, peak, split_slot
 from .findings import Finding, sort_findings
 

@@ -1,6 +1,6 @@
 """The audit's window: every lease that overlaps it, clipped, as flat columns (epoch seconds, GPUs, slot lists
 read once), and the sweeps over them (GPU-seconds, peaks). Shared by the report (engine/audit.py) and its
-findings (engine/audit_findings.py).
+findings (engine/audit_slots.py, engine/audit_findings.py).
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def fleets(draw):
     """Budget team/b (org:team): west funds 2-8 GPUs, lends to org:* up to 2 when lending is drawn, closes at a
     drawn hour; east funds 4; an aggregate cap over both is drawn or not. Leases of team and ext hold 1-3 slots on
     n1-n3 (sometimes on "gone", or slot #5 of a 4-GPU node), paid by west, east, a missing envelope, or nothing. Half
-    the fleets are pile-ups (see below): the path of engine/audit_findings.py for a node whose leases are all held
+    the fleets are pile-ups (see below): the path of engine/audit_slots.py for a node whose leases are all held
     at one instant."""
     lending = draw(st.sampled_from([None, {"allow": True, "to": ["org:*"], "maxConcurrency": 2}, {"allow": False}]))
     envelopes = [

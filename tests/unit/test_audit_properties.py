@@ -84,7 +84,7 @@ def test_episodes_are_the_maximal_intervals_held_twice(intervals):
     """``_episodes`` (C-level passes, or the sweep when there are several) against brute force over every
     instant: the maximal runs of instants held by two or more intervals, each with the intervals that meet it.
     Integer instants, half-open intervals [s, s + length)."""
-    from kubectl_runs.engine.audit_findings import _episodes, _episodes_swept
+    from kubectl_runs.engine.audit_slots import _episodes, _episodes_swept
 
     spans = [(float(s), float(s + n)) for s, n in intervals]
     order = sorted(range(len(spans)), key=lambda i: spans[i][0])

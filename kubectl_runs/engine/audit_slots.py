@@ -1,0 +1,353 @@
+"""The slot findings of ``leases audit`` (API.md §5): ``DoubleBooked`` (one finding per node and episode: a
+group of slots held by the same leases over the same stretch of time) and ``UnknownNode``, over the window of
+engine/audit_window.py. The findings about runs, envelopes and the ledger are engine/audit_findings.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import lru_cache
+from itertools import accumulate, chain, compress, count, islice, takewhile
+from operator import le, lt, neg
+
+from ..model import GPULease, Snapshot
+from ..timeutil import rfc3339
+from . import findings as fk
+from .audit_window import Window, nodes_of, split_slot
+from .findings import Finding
+
+# Closed leases whose node is expected to be gone: not reported as UnknownNode.
+NODE_GONE_REASONS = frozenset({"NodeFailure"})
+
+
+def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Finding]:
+    """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
+    node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
+    where one is are swept for their episodes (``_double_booked``), so the findings are those of a search of
+    every node."""
+    out: list[Finding] = []
+    if not win.leases:
+        return out
+    nodes = snapshot.nodes_by_name
+    if not nodes:
+        notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
+    _list_ids, members = win.slot_lists()
+    per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
+    node_of: dict[str, str] = {}
+    valid: set[str] = set()
+    for list_id in members:
+        unknown: list[str] = []
+        for node, node_slots in nodes_of(win.slots[list_id], node_of).items():
+            on_node = per_node.get(node)
+            if on_node is None:
+                per_node[node] = [(list_id, node_slots)]
+            else:
+                on_node.append((list_id, node_slots))
+            if nodes:
+                unknown.extend(_unknown_slots(node, node_slots, nodes, valid))
+        if unknown:
+            for i in members[list_id]:
+                lease = win.leases[i]
+                if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
+                    continue
+                out.append(_unknown_node(lease, unknown))
+    for entries in per_node.values():
+        piled = _piled_up(win, entries, members)
+        if piled is not None:
+            out.extend(piled)
+        elif _node_may_double_book(win, entries, members):
+            out.extend(_double_booked(win, [(node_slots, members[i]) for i, node_slots in entries]))
+    return out
+
+
+def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> list[Finding] | None:
+    """The DoubleBooked findings of a node whose leases are all held at one common instant (the last start
+    comes before the first end: the usual pile-up), or None when they are not.
+
+    Then every group of slots held by exactly the same slot lists (an *atom*, as in ``_double_booked``) that
+    two or more leases hold has exactly one episode — from the second start to the second-latest end of its
+    leases, involving all of them — and atoms never share one (different slot lists, different leases). So
+    each finding comes from a few numbers per slot list (its first leases by start and name, its two latest
+    ends), without a pass over the node's leases per atom."""
+    starts, ends = win.starts, win.ends
+    node_idx = [i for list_id, _slots in entries for i in members[list_id]]
+    if len(node_idx) < 2:
+        return []
+    if max(map(starts.__getitem__, node_idx)) >= min(map(ends.__getitem__, node_idx)):
+        return None
+    order = _by_start_and_name(win, node_idx)
+    rank = dict(zip(order, count()))
+    held: list[int] = []  # per entry: how many leases hold its slot list
+    firsts: list[list[int]] = []  # per entry: the ranks of its first 4 leases
+    latest: list[list[float]] = []  # per entry: its 2 latest ends
+    holders: dict[str, list[int]] = {}
+    for n, (list_id, slots) in enumerate(entries):
+        idx = members[list_id]
+        held.append(len(idx))
+        if len(idx) == 1:
+            firsts.append([rank[idx[0]]])
+            latest.append([ends[idx[0]]])
+        else:
+            firsts.append(sorted(map(rank.__getitem__, idx))[:4])
+            latest.append(sorted(map(ends.__getitem__, idx))[-2:])
+        for slot in slots:
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
+    leases = win.leases
+    out = []
+    for lists, slots in atoms.items():
+        if len(lists) == 1:
+            count_held = held[lists[0]]
+            if count_held < 2:
+                continue
+            ranks, two = firsts[lists[0]], latest[lists[0]]
+        else:
+            count_held = sum(map(held.__getitem__, lists))
+            ranks = sorted(chain.from_iterable(map(firsts.__getitem__, lists)))[:4]
+            two = sorted(chain.from_iterable(map(latest.__getitem__, lists)))[-2:]
+        ordered = [leases[order[r]] for r in ranks]
+        out.append(_double_booked_said(starts[order[ranks[1]]], two[0], count_held, ordered, slots))
+    return out
+
+
+def _by_start_and_name(win: Window, idx: list[int]) -> list[int]:
+    """These leases in order of their own start (not clipped to the window), then of namespace/name."""
+    begin = win.column("begin")
+    order = sorted(idx, key=begin.__getitem__)
+    at = list(map(begin.__getitem__, order))
+    if not all(map(lt, at, islice(at, 1, None))):  # equal starts: by name among them
+        leases = win.leases
+        order.sort(key=lambda i: (begin[i], leases[i].key))
+    return order
+
+
+def _node_may_double_book(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> bool:
+    """Whether two leases hold one slot of this node at the same instant (exact, not a bound).
+
+    Leases whose slots on the node are the same set double-book iff two of them overlap in time. When the node
+    has several such sets that share slots, each lease's set is written as an integer with a 2-bit counter per
+    slot of the node; adding the leases' integers at their starts and subtracting them at their ends (ends first
+    at equal instants: intervals are half-open), a slot is held twice exactly when its counter reaches 2, which
+    sets its high bit. A counter only overflows after it has reached 2, so the first double booking is always
+    seen."""
+    position: dict[str, int] = {}
+    by_set: dict[int, list[int]] = {}  # encoded slot set -> leases
+    for list_id, node_slots in entries:
+        encoded = 0
+        for slot in node_slots:
+            encoded |= 1 << (2 * position.setdefault(slot, len(position)))
+        idx = by_set.get(encoded)
+        if idx is None:
+            by_set[encoded] = list(members[list_id])
+        else:
+            idx.extend(members[list_id])
+    sets = list(by_set)
+    union = 0
+    for encoded in sets:
+        if union & encoded:
+            break
+        union |= encoded
+    else:  # the sets are disjoint: only leases of one set can collide
+        return any(_overlaps(win, idx) for idx in by_set.values())
+    idx = [i for encoded in sets for i in by_set[encoded]]
+    gains = [encoded for encoded in sets for _ in by_set[encoded]]
+    times = list(map(win.ends.__getitem__, idx))
+    times += map(win.starts.__getitem__, idx)
+    deltas = list(map(neg, gains))
+    deltas += gains
+    order = sorted(range(len(times)), key=times.__getitem__)
+    high = int("10" * len(position), 2)
+    return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
+
+
+def _unknown_slots(node: str, slots: list[str], nodes: dict, valid: set[str] | None = None) -> list[str]:
+    """What is wrong with these slots of one node ([] = nothing). ``valid`` collects slots already found
+    valid, so that each slot is parsed once however many slot lists hold it."""
+    known = nodes.get(node)
+    if known is None:
+        return [f"{node} (not in the snapshot)"]
+    if valid is not None and valid.issuperset(slots):
+        return []
+    gpus = known.gpus
+    bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
+    if valid is not None:
+        valid.update(s for s in slots if s not in bad)
+    if bad:
+        return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
+    return []
+
+
+def _unknown_node(lease: GPULease, unknown: list[str]) -> Finding:
+    return Finding(
+        fk.UNKNOWN_NODE,
+        lease.key,
+        f"holds slots on {'; '.join(unknown)}: fix the slot names, or restore the node if it was removed "
+        "while the lease was open",
+        namespace=lease.metadata.namespace,
+    )
+
+
+def _overlaps(win: Window, idx: list[int]) -> bool:
+    """Whether any two of these leases overlap in time (clipped to the window).
+
+    Two of them are held at once iff, for some k, the (k+2)-th start comes before the (k+1)-th end (half-open
+    intervals: an end at the very instant of a start does not overlap it)."""
+    if len(idx) < 2:
+        return False
+    starts = sorted(map(win.starts.__getitem__, idx))
+    ends = sorted(map(win.ends.__getitem__, idx))
+    return not all(map(le, islice(ends, len(ends) - 1), islice(starts, 1, None)))
+
+
+def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> list[Finding]:
+    """The double bookings on one node, one finding per conflict: slots whose holders overlap in time are
+    grouped by *episode* — a maximal time interval during which two or more leases hold the slot — and the
+    slots of the node with the same episode (same interval, same leases) make one finding, which counts the
+    leases and names the first few. ``entries`` are (this node's slots of a slot list, the leases holding
+    exactly that list).
+
+    The node's leases are sorted by start once; each *atom* (the slots held by exactly the same slot lists)
+    takes its leases from that order with C-level masks, and its episodes come from ``_episodes``: O(n log n)
+    in the leases on the node, whatever the overlap (at most one pass per atom, and a node has no more atoms
+    than GPUs)."""
+    holders: dict[str, list[int]] = {}
+    for n, (slots, _idx) in enumerate(entries):
+        for slot in slots:
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
+    starts, ends = win.starts, win.ends
+    node_idx = [i for _slots, idx in entries for i in idx]
+    entry_of = [n for n, (_slots, idx) in enumerate(entries) for _ in idx]
+    node_begun = list(map(starts.__getitem__, node_idx))
+    by_start = sorted(range(len(node_idx)), key=node_begun.__getitem__)
+    order = list(map(node_idx.__getitem__, by_start))
+    begun = list(map(node_begun.__getitem__, by_start))
+    done = list(map(ends.__getitem__, order))
+    entry_sorted = list(map(entry_of.__getitem__, by_start))
+    episodes: dict[tuple[float, float, frozenset[int]], tuple[tuple[int, ...], list[str]]] = {}
+    for lists, slots in atoms.items():
+        if len(lists) == len(entries):  # every lease of the node holds these slots
+            found_episodes = _episodes(order, begun, done)
+        else:
+            if len(lists) == 1 and len(entries[lists[0]][1]) < 2:
+                continue
+            mask = list(map(frozenset(lists).__contains__, entry_sorted))
+            found_episodes = _episodes(list(compress(order, mask)), list(compress(begun, mask)),
+                                       list(compress(done, mask)))
+        for lo, hi, involved in found_episodes:
+            key = (lo, hi, frozenset(involved))  # atoms with the same episode are one conflict
+            found = episodes.get(key)
+            if found is None:
+                episodes[key] = (involved, list(slots))
+            else:
+                found[1].extend(slots)
+    return [_double_booked_finding(win, lo, hi, involved, slots)
+            for (lo, hi, _set), (involved, slots) in episodes.items()]
+
+
+def _episodes(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """The maximal intervals during which two or more of these leases (``order``, sorted by start, with their
+    starts ``begun`` and ends ``done``) are held at once — half-open intervals — each with the leases held
+    during it.
+
+    When they are all held at one common instant (the last start comes before the first end: the usual pile-up,
+    however many leases) the answer is one episode, from the second start to the second-latest end, involving
+    all of them — found without a pass in Python. Otherwise the leases are swept once (``_episodes_swept``)."""
+    if len(order) < 2:
+        return []
+    if begun[-1] < min(done):
+        return [(begun[1], sorted(done)[-2], tuple(order))]
+    return _episodes_swept(order, begun, done)
+
+
+def _episodes_swept(order: list[int], begun: list[float], done: list[float]) -> list[tuple[float, float, tuple[int, ...]]]:
+    """``_episodes`` for several episodes: one pass in order of start, keeping the lease that is held longest so
+    far (the *holder*); a lease starting before the holder's end is held at once with it until the earlier
+    end, and the leases of a stretch that touches the episode's end so far join it."""
+    out: list[tuple[float, float, tuple[int, ...]]] = []
+    reach = float("-inf")
+    holder = -1
+    lo = hi = 0.0
+    involved: list[int] | None = None
+    holder_in = False  # the holder is already among the involved leases
+    for i, start, end in zip(order, begun, done, strict=True):
+        if start < reach:
+            until = end if end < reach else reach
+            if involved is not None and start <= hi:
+                if until > hi:
+                    hi = until
+                if not holder_in:
+                    involved.append(holder)
+                    holder_in = True
+                involved.append(i)
+            else:
+                if involved is not None:
+                    out.append((lo, hi, tuple(involved)))
+                lo, hi, involved, holder_in = start, until, [holder, i], True
+            if end > reach:
+                reach, holder = end, i
+        else:
+            reach, holder, holder_in = end, i, False
+    if involved is not None:
+        out.append((lo, hi, tuple(involved)))
+    return out
+
+
+def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[int, ...], slots: list[str]) -> Finding:
+    """One episode on one node's slots (see ``_double_booked_said``)."""
+    return _double_booked_said(lo, hi, len(involved), _first_by_start(win, involved, 4), slots)
+
+
+def _double_booked_said(lo: float, hi: float, held: int, ordered: list[GPULease], slots: list[str]) -> Finding:
+    """One episode on one node's slots, held by ``held`` leases of which ``ordered`` are the first (up to 4) by
+    start then name: named after the lease that made the slots double-booked (the second), with the count of
+    leases and the first few others named."""
+    lease = ordered[1]
+    others = [ordered[0], *ordered[2:]]
+    said = _slot_list(sorted(slots, key=split_slot) if len(slots) > 1 else slots)
+    if held == 2:
+        detail = (f"holds {said} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+                  "close the lease that is not running there")
+    else:
+        named = [x.key for x in others[:3]]
+        more = held - 1 - len(named)
+        names = f"{', '.join(named)} and {more} more" if more else f"{', '.join(named[:-1])} and {named[-1]}"
+        detail = (f"holds {said} at once with {held - 1} other leases from {_iso(lo)} to {_iso(hi)} "
+                  f"({names}): one slot is one GPU; close the leases that are not running there")
+    return Finding(fk.DOUBLE_BOOKED, lease.key, detail, namespace=lease.metadata.namespace)
+
+
+def _first_by_start(win: Window, involved: tuple[int, ...], k: int) -> list[GPULease]:
+    """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
+    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
+    them."""
+    leases, begun = win.leases, win.column("start")
+    by_start = sorted(involved, key=begun.__getitem__)
+    cutoff = begun[by_start[min(k, len(by_start)) - 1]]
+    candidates = list(takewhile(lambda i: begun[i] <= cutoff, by_start))
+    candidates.sort(key=lambda i: (begun[i], leases[i].key))
+    return [leases[i] for i in candidates[:k]]
+
+
+def _slot_list(slots: list[str]) -> str:
+    if len(slots) <= 3:
+        return "slot " + ", ".join(slots) if len(slots) == 1 else "slots " + ", ".join(slots)
+    return f"{len(slots)} slots ({slots[0]} … {slots[-1]})"
+
+
+@lru_cache(maxsize=4096)
+def _iso(epoch: float) -> str:
+    """(Cached: the findings of one episode's atoms, and of neighbouring nodes, share their instants.)"""
+    return rfc3339(datetime.fromtimestamp(epoch, UTC)) or ""

@@ -414,7 +414,9 @@ class Reconciler:
                 self._schedule_wake_up(snapshot, at)
                 if self.ledger is not None and self.settings.manage_leases:
                     objects = []  # the ledger looks at the whole fleet on every batch: run it below
-                else:
+                else:  # a batch too (the fleet gauges of a resync are computed here): its time is observed
+                    self.batches += 1
+                    self.metrics.observe_reconcile(time.monotonic() - started)
                     self.metrics.set_queue_depth(self.queue.depth())
                     return
         view = self.cache.view()

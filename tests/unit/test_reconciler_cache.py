@@ -205,3 +205,36 @@ def test_the_informer_backs_off_on_errors_and_counts_them():
     assert counted == [("list", "runs", "Forbidden"), ("list", "runs", "Forbidden")]
     assert [f["retryIn"] for msg, f in logged if msg == "error"] == ["0.01s", "0.02s"]
     assert informer.lists == 1
+
+
+def test_the_batch_that_expands_a_resync_is_observed_like_any_other():
+    """The `All` key of a resync is a batch of its own: it computes the fleet gauges and queues every object.
+    Its time counts in jobtree_reconcile_duration_seconds (a full pass is the sum of its batches)."""
+    import io
+
+    from kubectl_runs.reconciler.loop import Logger, NullMetrics, Reconciler, Settings
+    from kubectl_runs.reconciler.queue import WorkQueue
+
+    class Seen(NullMetrics):
+        def __init__(self):
+            self.durations: list[float] = []
+            self.fleets = 0
+
+        def observe_reconcile(self, seconds: float) -> None:
+            self.durations.append(seconds)
+
+        def update_fleet(self, snapshot, at, book=None) -> None:
+            self.fleets += 1
+
+    seen = Seen()
+    rec = Reconciler(lambda: None, Settings(), log=Logger(io.StringIO()), metrics=seen)
+    try:
+        for kind in ("Node", "Budget", "Reservation", "GPULease"):
+            rec.cache.replace(kind, [])
+        rec.cache.replace("Run", [decode_entry("Run", run_json("a", "1")), decode_entry("Run", run_json("b", "2"))])
+        rec.queue = WorkQueue(coalesce=0)  # what the lists queued is not this test's
+        rec.process([ALL_KEY])
+        assert (seen.fleets, len(seen.durations), rec.batches) == (1, 1, 1)
+        assert sorted(rec.queue.get_batch(timeout=0)) == [("Run", "team", "a"), ("Run", "team", "b")]
+    finally:
+        rec.shutdown()

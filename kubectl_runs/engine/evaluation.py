@@ -13,7 +13,7 @@ use and kept for the next plan of the same snapshot and instant:
 - per scope: its nodes, every run's lease groups, the Active GPUs each run holds, and the reported releases.
 
 Every value is the one the stage functions compute from the snapshot for a single plan (packing.capacity,
-funding.funding, remedies.remedy_candidates, remedies.releases): only the repetition goes
+funding.funding, remedies.remedy_candidates, releases.releases): only the repetition goes
 (tests/unit/test_evaluation.py holds them equal on generated fleets). Pure: the snapshot is never changed, ``at``
 is an argument; an Evaluation is used by one thread at a time.
 """
@@ -28,14 +28,13 @@ from ..model import GPULease, Reservation, Run, Scope, Snapshot
 from .accounting import LeaseCharge, Ledger, ledger
 from .funding import Funding, FundingInputs, FundingState, funding, funding_inputs, state_now
 from .packing import Capacity, capacity, free_by_node, open_leases
+from .releases import Release, releases
 from .remedies import (
     GroupKey,
     LeaseGroup,
-    Release,
     RemedyCandidates,
     ScopeNodes,
     active_held,
-    releases,
     remedy_candidates,
     scope_groups,
     scope_nodes,
@@ -179,7 +178,7 @@ class Evaluation:
                                  every_group=groups, nodes=self.scope_nodes(scope), held=self._held)
 
     def releases(self, scope: Scope, *, exclude_run: str | None = None) -> list[Release]:
-        """``remedies.releases`` in ``scope`` at ``at``."""
+        """``releases.releases`` in ``scope`` at ``at``."""
         found = self._releases.get(scope)
         if found is None:
             found = self._releases[scope] = releases(self.snapshot, self.book, self.scope_nodes(scope), self.at)

@@ -21,9 +21,9 @@ from datetime import datetime
 
 from .accounting import Ledger
 from .codes import Confidence
-from .funding import Candidate, Funding, Releases, Walk, state_at, walk
+from .funding import Candidate, Funding, Walk, walk
 from .packing import place
-from .remedies import Release
+from .releases import GivenBack, Release, state_at
 
 REPORTED, WINDOW_ALIGNED, UNKNOWN = Confidence
 CONFIDENCES = tuple(Confidence)
@@ -70,7 +70,7 @@ def forecast(
                    key=lambda c: (c.envelope.start, c.key))
     window_starts = {c.envelope.start for c in later}
     instants = sorted({r.at for r in reported} | set(window_starts))
-    given_back = Releases()
+    given_back = GivenBack()
     fund_before = fundable_now
     taken = 0
     for when in instants:

@@ -13,18 +13,17 @@ selector matches at least one candidate node. Each envelope gives its headroom, 
 A sponsor that is family of the run (a descendant, say) is charged as *shared*, so it needs no ACL and does
 not count as borrowing; one already visited as family is not counted twice.
 
-``funding`` reads the headroom of the ledger at ``at``; ``state_at`` gives the same inputs at a later instant
-after some runs have released GPUs (for forecasts). GPUs throughout. Pure.
+``funding`` reads the headroom of the ledger at ``at``; ``releases.state_at`` gives the same inputs at a later
+instant after some runs have given GPUs back (for forecasts). GPUs throughout. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
 from ..model import Envelope, Node, Run
-from .accounting import BORROWED, EnvelopeKey, EnvelopeUsage, LeaseCharge, Ledger, relation
+from .accounting import EnvelopeKey, EnvelopeUsage, Ledger
 from .codes import Relation
 from .owners import any_pattern_matches, is_ancestor, is_family, parent, segments
 
@@ -140,11 +139,11 @@ class Funding:
         return tuple(c for c in self.candidates if c.borrows and not c.admitted)
 
     def open_candidates(self, states: FundingState) -> list[Candidate]:
-        return [c for c in self.candidates if states.envelopes.get(c.key, _CLOSED).open]
+        return [c for c in self.candidates if states.envelopes.get(c.key, CLOSED).open]
 
 
 
-_CLOSED = EnvelopeState(open=False, headroom=0, lend_room=0)
+CLOSED = EnvelopeState(open=False, headroom=0, lend_room=0)  # a window that is not open: gives nothing
 
 
 # --- which envelopes ---------------------------------------------------------------------------------------
@@ -320,7 +319,7 @@ def walk(candidates: Iterable[Candidate], state: FundingState, *, borrow_left: i
     sources: list[FundingSource] = []
     fundable = cut = 0
     for candidate in candidates:
-        env = state.envelopes.get(candidate.key, _CLOSED)
+        env = state.envelopes.get(candidate.key, CLOSED)
         if not env.open or (candidate.borrows and not candidate.admitted):
             continue
         usable = env.headroom
@@ -369,7 +368,7 @@ def _lenders(
         pool.append((rank, key, usage.owner, envelope, _caps_of(usage)))
     lenders = []
     for _, key, env_owner, envelope, caps in sorted(pool, key=lambda p: p[0]):
-        env = state.envelopes.get(key, _CLOSED)
+        env = state.envelopes.get(key, CLOSED)
         if not env.open:
             continue
         room = env.headroom if env.lend_room is None else min(env.headroom, env.lend_room)
@@ -389,74 +388,3 @@ def _lenders(
             continue
         lenders.append(Lender(key=key, owner=env_owner, envelope=envelope, room=room, counted=taken, change=change))
     return tuple(lenders)
-
-
-# --- at a later instant (forecasts) ----------------------------------------------------------------------------
-
-
-@dataclass
-class Released:
-    """GPUs given back to one envelope by leases that close (reported ETAs)."""
-
-    funded: int = 0  # funded slots (owned + shared + borrowed) of leases charged to it
-    borrowed: int = 0  # of which borrowed
-    charged: int = 0  # every slot charged to it (funded or not)
-    charged_borrowed: int = 0  # slots charged by owners outside its family
-
-
-@dataclass
-class Releases:
-    by_envelope: dict[EnvelopeKey, Released] = field(default_factory=dict)
-
-    def add(self, charge: LeaseCharge, envelope_owner: str | None) -> None:
-        if charge.envelope is None:
-            return
-        rel = self.by_envelope.setdefault(charge.envelope, Released())
-        gpus = charge.lease.gpus
-        rel.funded += charge.funded
-        rel.borrowed += charge.borrowed
-        rel.charged += gpus
-        if envelope_owner is not None and relation(charge.lease.spec.owner, envelope_owner) == BORROWED:
-            rel.charged_borrowed += gpus
-
-
-def state_at(book: Ledger, when: datetime, releases: Releases) -> FundingState:
-    """Every envelope's room at ``when`` (later than the ledger's instant) once ``releases`` are given back:
-    an envelope open now keeps its funded GPUs less the released ones; one whose window opens by ``when``
-    funds the leases charged to it that are still open (they are unfunded until it opens); one whose window
-    has closed gives nothing. Aggregate caps are recomputed from their members."""
-    used: dict[EnvelopeKey, int] = {}
-    envelopes: dict[EnvelopeKey, EnvelopeState] = {}
-    empty = Released()
-    for key, usage in book.envelopes.items():
-        envelope = usage.envelope
-        rel = releases.by_envelope.get(key, empty)
-        if not envelope.window_contains(when):
-            envelopes[key] = _CLOSED
-            used[key] = 0
-            continue
-        if usage.window_active:
-            in_use = max(0, usage.used - rel.funded)
-            borrowed = max(0, usage.borrowed - rel.borrowed)
-        else:
-            charged = sum(c.lease.gpus for c in usage.charges) - rel.charged
-            charged_borrowed = sum(
-                c.lease.gpus for c in usage.charges if relation(c.lease.spec.owner, usage.owner) == BORROWED
-            ) - rel.charged_borrowed
-            in_use = min(envelope.concurrency, max(0, charged))
-            borrowed = max(0, charged_borrowed)
-        used[key] = in_use
-        lending = envelope.lending
-        if lending is None or not lending.allow:
-            lend_room: int | None = 0
-        elif lending.max_concurrency is None:
-            lend_room = None
-        else:
-            lend_room = max(0, lending.max_concurrency - borrowed)
-        envelopes[key] = EnvelopeState(open=True, headroom=max(0, envelope.concurrency - in_use), lend_room=lend_room)
-    caps: dict[CapKey, int] = {}
-    for aggregate in book.aggregates:
-        ns, name = aggregate.budget.metadata.namespace, aggregate.budget.metadata.name
-        in_use = sum(used.get((ns, name, member), 0) for member in aggregate.envelopes)
-        caps[(ns, name, aggregate.name)] = max(0, aggregate.max_concurrency - in_use)
-    return FundingState(envelopes=envelopes, caps=caps)

@@ -17,9 +17,9 @@ applies them (engine/resolver.py):
    the highest index down, only at whole ``stepGPUs`` and never below ``minTotalGPUs`` of Active GPUs held;
 4. ``conflict_groups`` — every group with Active leases left (what the lottery draws from).
 
-``remedy_candidates`` runs the four in that order, each skipping what an earlier one took. ``releases`` lists
-the runs in scope that report when they complete (``status.eta``): what a forecast counts as coming back. The run a
-reservation is for is passed as ``exclude_run``: its own leases are never candidates.
+``remedy_candidates`` runs the four in that order, each skipping what an earlier one took (the runs that report
+when they complete, what a forecast counts as coming back, are engine/releases.py). The run a reservation is
+for is passed as ``exclude_run``: its own leases are never candidates.
 
 Every candidate says how many GPUs it frees (``gpus``: every slot of the leases it closes, as the resolver
 counts) and where (``freed``: slots on schedulable nodes of the scope, by domain — what new placement can use).
@@ -29,11 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cached_property
 
 from ..model import GPULease, Scope, Snapshot
-from .accounting import UNFUNDED, LeaseCharge, Ledger
+from .accounting import UNFUNDED, Ledger
 from .codes import class_rank
 from .lottery import ticket
 
@@ -375,50 +374,3 @@ def remedy_candidates(
         shrinks=tuple(shrinks),
         conflict=tuple(conflict_groups(groups, taken=taken)),
     )
-
-
-# --- reported completions ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Release:
-    """A run that reports when it will complete, and what it then gives back."""
-
-    run: str
-    at: datetime  # its status.eta.estimatedCompletion
-    source: str  # who reported it (status.eta.source)
-    gpus: int  # GPUs it holds in scope
-    freed: Freed  # of which on schedulable nodes of the scope, by domain
-    charges: tuple[LeaseCharge, ...]  # every open lease of the run (for the funding it gives back)
-
-
-def releases(
-    snapshot: Snapshot, book: Ledger, nodes: ScopeNodes, at: datetime, *, exclude_run: str | None = None
-) -> list[Release]:
-    """Runs holding GPUs in scope whose reported completion is after ``at``, soonest first."""
-    by_run: dict[str, list[LeaseCharge]] = {}
-    for charge in book.charges.values():
-        run_key = charge.lease.run_key
-        if run_key != exclude_run:
-            by_run.setdefault(run_key, []).append(charge)
-    out = []
-    runs = snapshot.runs_by_key
-    for run_key, charges in by_run.items():
-        run = runs.get(run_key)
-        eta = run.status.eta if run is not None else None
-        if eta is None or eta.estimated_completion is None or eta.estimated_completion <= at:
-            continue
-        in_scope = [c.lease for c in charges if nodes.in_scope(c.lease)]
-        if not in_scope:
-            continue
-        out.append(
-            Release(
-                run=run_key,
-                at=eta.estimated_completion,
-                source=eta.source,
-                gpus=sum(lease.gpus for lease in in_scope),
-                freed=nodes.freed(in_scope),
-                charges=tuple(charges),
-            )
-        )
-    return sorted(out, key=lambda r: (r.at, r.run))

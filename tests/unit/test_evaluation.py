@@ -26,7 +26,8 @@ from kubectl_runs.engine.evaluation import Evaluation
 from kubectl_runs.engine.funding import funding
 from kubectl_runs.engine.packing import capacity, group_unit, open_leases
 from kubectl_runs.engine.plan import choose_reservation, open_ledger, plan_run, reservation_of
-from kubectl_runs.engine.remedies import releases, remedy_candidates, scope_nodes
+from kubectl_runs.engine.releases import releases
+from kubectl_runs.engine.remedies import remedy_candidates, scope_nodes
 from kubectl_runs.engine.reports import plain
 from kubectl_runs.model import Node, Run, Scope
 from kubectl_runs.reconciler import status as recon_status

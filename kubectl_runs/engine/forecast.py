@@ -21,9 +21,9 @@ from datetime import datetime
 
 from .accounting import Ledger
 from .codes import Confidence
-from .funding import Candidate, Funding, Walk, walk
+from .funding import Candidate, Funding, Walk
 from .packing import place
-from .releases import GivenBack, Release, state_at
+from .releases import GivenBack, Release
 
 REPORTED, WINDOW_ALIGNED, UNKNOWN = Confidence
 CONFIDENCES = tuple(Confidence)
@@ -70,7 +70,7 @@ def forecast(
                    key=lambda c: (c.envelope.start, c.key))
     window_starts = {c.envelope.start for c in later}
     instants = sorted({r.at for r in reported} | set(window_starts))
-    given_back = GivenBack()
+    given_back = GivenBack(book)
     fund_before = fundable_now
     taken = 0
     for when in instants:
@@ -81,11 +81,10 @@ def forecast(
                 per_domain[domain] = per_domain.get(domain, 0) + gpus
             for domain, gpus in remedies_by_run.get(release.run, {}).items():
                 per_domain[domain] -= gpus
-            for charge in release.charges:
-                given_back.add(charge, _owner(book, charge.envelope))
+            given_back.add(release)
         if place(per_domain, unit, spread)[0] < need:
             continue
-        found = walk(money.candidates, state_at(book, when, given_back), borrow_left=money.borrow_left)
+        found = given_back.walk_at(when, money.candidates, borrow_left=money.borrow_left)
         if found.fundable >= need:
             counted = tuple(reported[:taken])
             if when in window_starts and fund_before < need:
@@ -94,9 +93,3 @@ def forecast(
             return Forecast(when, REPORTED, counted, walk=found)
         fund_before = found.fundable
     return Forecast(None, UNKNOWN)
-
-
-def _owner(book: Ledger, key: tuple[str, str, str] | None) -> str | None:
-    """The owner of an envelope the ledger knows (to class the slots a release gives back)."""
-    usage = book.envelopes.get(key) if key is not None else None
-    return usage.owner if usage is not None else None

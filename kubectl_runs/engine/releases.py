@@ -1,17 +1,18 @@
 """What runs that report their completion give back (API.md §3 Forecast): ``Release`` is one run's reported
 completion (``status.eta``) and the GPUs it frees in a scope, ``releases`` lists those of a scope soonest first,
-and ``state_at`` is every envelope's funding room at a later instant once the releases counted by then
-(``GivenBack``) are given back. engine/forecast.py walks the funding at those instants. Pure.
+and ``GivenBack`` counts what the releases give back by a later instant and walks the funding there
+(``state_at``: every envelope's room then). engine/forecast.py asks it at each instant. Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..model import Snapshot
 from .accounting import BORROWED, EnvelopeKey, LeaseCharge, Ledger, relation
-from .funding import CLOSED, CapKey, EnvelopeState, FundingState
+from .funding import CLOSED, Candidate, CapKey, EnvelopeState, FundingState, Walk, walk
 from .remedies import Freed, ScopeNodes
 
 # --- reported completions ------------------------------------------------------------------------------------
@@ -76,13 +77,25 @@ class EnvelopeGivenBack:
 
 @dataclass
 class GivenBack:
-    """What the releases counted so far give back, per envelope."""
+    """What the releases counted so far give back, per envelope of ``book`` (the ledger at the forecast's start)."""
 
+    book: Ledger
     by_envelope: dict[EnvelopeKey, EnvelopeGivenBack] = field(default_factory=dict)
 
-    def add(self, charge: LeaseCharge, envelope_owner: str | None) -> None:
+    def add(self, release: Release) -> None:
+        """Count every open lease of ``release``'s run as given back."""
+        for charge in release.charges:
+            self._add(charge)
+
+    def walk_at(self, when: datetime, candidates: Iterable[Candidate], *, borrow_left: int | None) -> Walk:
+        """The funding walk at ``when`` (later than the ledger's instant) with what is given back by then."""
+        return walk(candidates, state_at(self.book, when, self), borrow_left=borrow_left)
+
+    def _add(self, charge: LeaseCharge) -> None:
         if charge.envelope is None:
             return
+        usage = self.book.envelopes.get(charge.envelope)
+        envelope_owner = usage.owner if usage is not None else None
         rel = self.by_envelope.setdefault(charge.envelope, EnvelopeGivenBack())
         gpus = charge.lease.gpus
         rel.funded += charge.funded

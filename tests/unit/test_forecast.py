@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from builders import at, budget, envelope, lease, node, run, slots, snapshot
 
-from kubectl_runs.engine import forecast as forecast_module
+from kubectl_runs.engine import releases as releases_module
 from kubectl_runs.engine.forecast import REPORTED, UNKNOWN, WINDOW_ALIGNED, Release, forecast
 from kubectl_runs.engine.funding import Walk
 from kubectl_runs.engine.plan import plan_run
@@ -128,8 +128,8 @@ def test_forecast_walks_instants_in_order_and_asks_funding_only_when_it_fits(mon
         asked.append(when)
         return when
 
-    monkeypatch.setattr(forecast_module, "state_at", state_at)
-    monkeypatch.setattr(forecast_module, "walk", lambda candidates, state, borrow_left: Walk(8, (), 0))
+    monkeypatch.setattr(releases_module, "state_at", state_at)
+    monkeypatch.setattr(releases_module, "walk", lambda candidates, state, borrow_left: Walk(8, (), 0))
 
     releases = [
         Release(run="ns/a", at=at(days=1), source="workload", gpus=4, freed=(("d1", 4),), charges=()),

@@ -5,6 +5,7 @@ engine/audit_window.py. The findings about runs, envelopes and the ledger are en
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 from itertools import accumulate, chain, compress, count, islice, takewhile
@@ -80,8 +81,7 @@ def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[i
     held: list[int] = []  # per entry: how many leases hold its slot list
     firsts: list[list[int]] = []  # per entry: the ranks of its first 4 leases
     latest: list[list[float]] = []  # per entry: its 2 latest ends
-    holders: dict[str, list[int]] = {}
-    for n, (list_id, slots) in enumerate(entries):
+    for list_id, _slots in entries:
         idx = members[list_id]
         held.append(len(idx))
         if len(idx) == 1:
@@ -90,15 +90,7 @@ def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[i
         else:
             firsts.append(sorted(map(rank.__getitem__, idx))[:4])
             latest.append(sorted(map(ends.__getitem__, idx))[-2:])
-        for slot in slots:
-            found = holders.get(slot)
-            if found is None:
-                holders[slot] = [n]
-            else:
-                found.append(n)
-    atoms: dict[tuple[int, ...], list[str]] = {}
-    for slot, lists in holders.items():
-        atoms.setdefault(tuple(lists), []).append(slot)
+    atoms = _atoms(slots for _list_id, slots in entries)
     leases = win.leases
     out = []
     for lists, slots in atoms.items():
@@ -205,6 +197,22 @@ def _overlaps(win: Window, idx: list[int]) -> bool:
     return not all(map(le, islice(ends, len(ends) - 1), islice(starts, 1, None)))
 
 
+def _atoms(slot_lists: Iterable[list[str]]) -> dict[tuple[int, ...], list[str]]:
+    """The node's *atoms*: its slots grouped by exactly which of ``slot_lists`` (by position) hold them."""
+    holders: dict[str, list[int]] = {}
+    for n, slots in enumerate(slot_lists):
+        for slot in slots:
+            found = holders.get(slot)
+            if found is None:
+                holders[slot] = [n]
+            else:
+                found.append(n)
+    atoms: dict[tuple[int, ...], list[str]] = {}
+    for slot, lists in holders.items():
+        atoms.setdefault(tuple(lists), []).append(slot)
+    return atoms
+
+
 def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> list[Finding]:
     """The double bookings on one node, one finding per conflict: slots whose holders overlap in time are
     grouped by *episode* — a maximal time interval during which two or more leases hold the slot — and the
@@ -216,17 +224,7 @@ def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> l
     takes its leases from that order with C-level masks, and its episodes come from ``_episodes``: O(n log n)
     in the leases on the node, whatever the overlap (at most one pass per atom, and a node has no more atoms
     than GPUs)."""
-    holders: dict[str, list[int]] = {}
-    for n, (slots, _idx) in enumerate(entries):
-        for slot in slots:
-            found = holders.get(slot)
-            if found is None:
-                holders[slot] = [n]
-            else:
-                found.append(n)
-    atoms: dict[tuple[int, ...], list[str]] = {}
-    for slot, lists in holders.items():
-        atoms.setdefault(tuple(lists), []).append(slot)
+    atoms = _atoms(slots for slots, _idx in entries)
     starts, ends = win.starts, win.ends
     node_idx = [i for _slots, idx in entries for i in idx]
     entry_of = [n for n, (_slots, idx) in enumerate(entries) for _ in idx]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -159,7 +160,7 @@ class GlobalOptions:
         render(doc, fmt, sys.stdout, sys.stderr, no_headers=self.no_headers)
 
 
-class Command:
+class Command(ABC):
     """A command's options as an object, run as kubectl runs its commands: ``complete`` fills in what the flags
     leave open from the global options (output format, namespace), ``validate`` refuses what cannot work before
     anything is loaded, and ``run`` is the one path every report takes — load the snapshot, ``evaluate`` it (the
@@ -175,11 +176,12 @@ class Command:
         self.opts = opts
         self.fmt = opts.output_format(self.formats)
 
-    def validate(self) -> None:
+    def validate(self) -> None:  # noqa: B027 - most commands have nothing to refuse
         """Refuse a bad combination of flags or a malformed name (usage errors, exit 2) before loading."""
 
+    @abstractmethod
     def evaluate(self, snapshot: Snapshot) -> Document:
-        raise NotImplementedError
+        """The engine (pure), then the report's view: the Document to print."""
 
     def exit_code(self) -> int:
         return int(ExitCode.OK)

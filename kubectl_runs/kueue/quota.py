@@ -287,6 +287,7 @@ class Fleet:
         keep = only is None  # `explain` reads the reserving workloads; `queues usage` needs only their sums
         for workload in self.queues.workloads:
             status = workload.status
+            # Workload.state(), inlined: this loop visits every Workload (bench/bench_queues.py). Keep the two in step.
             reserved = admitted = finished = False
             for condition in status.conditions:
                 kind = condition.type

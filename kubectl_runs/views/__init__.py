@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..render import Column, Section
+from ..render import TABLE_WIDTH, Column, Section
 
 
 def relative(then: datetime | None, at: datetime) -> str:
@@ -61,3 +61,20 @@ FINDING_COLUMNS = (
 def findings_section(findings: Sequence[Any]) -> Section:
     """The findings of any report (engine/findings.Finding), one table shape everywhere."""
     return Section("Findings", findings, FINDING_COLUMNS)
+
+
+def labelled_lines(lines: Sequence[tuple[str, str]], *, wrap: bool) -> list[str]:
+    """``Name:  text`` header lines, the texts aligned after the longest name (an empty name leaves its label
+    blank); with ``wrap`` each text wraps at spaces to TABLE_WIDTH under its own start (explain, explain workload)."""
+    import textwrap
+
+    label = max(len(name) for name, _ in lines) + 2
+    out: list[str] = []
+    for name, text in lines:
+        head = f"{name + ':' if name else '':<{label}}"
+        if wrap:
+            out.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label,
+                                     break_on_hyphens=False))
+        else:
+            out.append(head + text)
+    return out

@@ -3,17 +3,16 @@ the plan's reasons and remedies, the run's leases, its preemptions with their dr
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..engine.explain import Explanation
 from ..engine.reports import plain
 from ..engine.verify import RunDraw
-from ..render import TABLE, TABLE_WIDTH, Column, Document, Section
+from ..render import TABLE, Column, Document, Section
 from ..text import when
 from ..timeutil import parse_time
-from . import age, relative
+from . import age, labelled_lines, relative
 from .plan import forecast_lines, headline, plan_sections, wrapped
 
 RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
@@ -88,16 +87,7 @@ def header_lines(info: Explanation, *, wrap: bool) -> list[str]:
         lines.append(("Reservation", text))
     else:
         lines.append(("Reservation", "none"))
-    label = max(len(name) for name, _ in lines) + 2
-    out = []
-    for name, text in lines:
-        head = f"{name + ':' if name else '':<{label}}"
-        if wrap:
-            out.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label,
-                                     break_on_hyphens=False))
-        else:
-            out.append(head + text)
-    return out
+    return labelled_lines(lines, wrap=wrap)
 
 
 def leases_section(info: Explanation) -> Section:

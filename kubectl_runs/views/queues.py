@@ -3,12 +3,11 @@ findings) and `explain workload|kaiwojob` (a few lines, the flavors tried, the r
 
 from __future__ import annotations
 
-import textwrap
-
 from ..kueue.explain import WorkloadExplanation
 from ..kueue.usage import QueueRow, QueuesUsage
-from ..render import TABLE, TABLE_WIDTH, Column, Document, Section
+from ..render import TABLE, Column, Document, Section
 from ..text import counted
+from . import labelled_lines
 
 
 def _limit(value: int | None) -> str:
@@ -115,15 +114,7 @@ def workload_document(info: WorkloadExplanation, fmt: str) -> Document:
                                   f"(priority, then creation time); {p.gpus_ahead} GPUs ahead"))
     for note in info.notes:
         lines.append(("Note", note))
-    label = max(len(n) for n, _ in lines) + 2
-    summary: list[str] = []
-    for name, text in lines:
-        head = f"{name + ':':<{label}}"
-        if wrap:
-            summary.extend(textwrap.wrap(text, TABLE_WIDTH, initial_indent=head, subsequent_indent=" " * label,
-                                         break_on_hyphens=False))
-        else:
-            summary.append(head + text)
+    summary = labelled_lines(lines, wrap=wrap)
     flavors = Section(
         "Flavors",
         info.flavors,

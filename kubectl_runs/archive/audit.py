@@ -7,10 +7,11 @@ alike and ``-o json`` is byte for byte the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 
-from ..engine.audit import DIMENSIONS, AuditReport, window_notes
+from ..engine.audit import DIMENSIONS, NODE, AuditReport, window_notes
 from ..engine.audit_periods import Period, PeriodsReport, boundaries, offered
 from ..engine.audit_window import seconds_of
 from ..model import Snapshot
@@ -21,32 +22,46 @@ from . import breakdown, db, findings, relation
 def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
           by: Sequence[str], namespace: str | None = None) -> AuditReport:
     """``engine.audit.audit`` of ``snapshot`` plus the leases of ``archives`` (each lease once)."""
-    return _audit(snapshot, archives, at, since, until, _checked(by, since, until), namespace)[0]
+    by = _checked(by, since, until)
+    notes = window_notes(at, until)
+    with _window(snapshot, archives, since, min(until, at), by, namespace) as con:
+        rows, micros, leases = breakdown.rows(con, by, namespace)
+        found = findings.window_findings(con, snapshot, at, since=since, until=until, namespace=namespace,
+                                         notes=notes)
+    return AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
+                       total_leases=leases, findings=found, notes=notes)
 
 
 def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
                   every: str, by: Sequence[str], namespace: str | None = None,
                   capacity: Sequence[tuple[datetime, Mapping[str, int]]] = (),
                   present: Mapping[str, int] | None = None) -> PeriodsReport:
-    """``engine.audit_periods.audit_periods`` of ``snapshot`` plus the leases of ``archives``."""
+    """``engine.audit_periods.audit_periods`` of ``snapshot`` plus the leases of ``archives``: the periods and
+    the whole window's rows from one sweep (``breakdown.period_rows``)."""
     by = _checked(by, since, until)
-    spans = boundaries(since, until, every)  # checks ``every``
     hi = min(until, at)
-    clipped = [(label, lo, min(end, hi)) for label, lo, end in spans]
-    counted = [(lo, end) for _label, lo, end in clipped if lo < end]  # periods after ``at`` count nothing
-    whole, con = _audit(snapshot, archives, at, since, until, by, namespace, keep=True)
-    try:
-        per_period = iter(breakdown.period_rows(con, by, namespace, every, counted))
-    finally:
-        con.close()
+    clipped = [(label, lo, min(end, hi)) for label, lo, end in boundaries(since, until, every)]
+    notes = window_notes(at, until)
+    with _window(snapshot, archives, since, hi, by, namespace) as con:
+        rows, per_period = breakdown.period_rows(con, by, namespace, every,
+                                                 [(lo, end) for _label, lo, end in clipped if lo < end])
+        if NODE in by:
+            micros, leases = breakdown.lease_totals(con, namespace)
+        else:
+            micros, leases = sum(p[1] for p in per_period), sum(row.leases for row in rows)
+        found = findings.window_findings(con, snapshot, at, since=since, until=until, namespace=namespace,
+                                         notes=notes)
+    whole = AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
+                        total_leases=leases, findings=found, notes=notes)
     periods = []
+    counted = iter(per_period)
     for label, lo, end in clipped:
-        if lo >= end:
+        if lo >= end:  # after the evaluation time: nothing counted, no capacity offered
             periods.append(Period(label, lo, end, [], 0.0, 0, {}))
             continue
-        rows, micros, leases = next(per_period)
-        periods.append(Period(label, lo, end, rows, seconds_of(micros), leases, offered(capacity, present or {}, lo,
-                                                                                          end)))
+        period_rows, period_micros, period_leases = next(counted)
+        periods.append(Period(label, lo, end, period_rows, seconds_of(period_micros), period_leases,
+                              offered(capacity, present or {}, lo, end)))
     return PeriodsReport(every=every, audit=whole, periods=periods)
 
 
@@ -59,22 +74,14 @@ def _checked(by: Sequence[str], since: datetime, until: datetime) -> tuple[str, 
     return by
 
 
-def _audit(snapshot: Snapshot, archives: Sequence, at: datetime, since: datetime, until: datetime,
-           by: tuple[str, ...], namespace: str | None, keep: bool = False):
-    """The report, and the connection holding the window when ``keep`` (the caller closes it)."""
-    notes = window_notes(at, until)
+@contextmanager
+def _window(snapshot: Snapshot, archives: Sequence, lo: datetime, hi: datetime, by: tuple[str, ...],
+            namespace: str | None) -> Iterator:
+    """A connection holding the window's view (archive/relation.py) and its entries (archive/breakdown.py)."""
     con = db.connect()
     try:
-        relation.define(con, archives, snapshot.leases, since, min(until, at))
+        relation.define(con, archives, snapshot.leases, lo, hi)
         breakdown.define_entries(con, by, namespace)
-        rows, micros, leases = breakdown.rows(con, by, namespace)
-        found = findings.window_findings(con, snapshot, at, since=since, until=until, namespace=namespace,
-                                         notes=notes)
-    except BaseException:
+        yield con
+    finally:
         con.close()
-        raise
-    if not keep:
-        con.close()
-    report = AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
-                         total_leases=leases, findings=found, notes=notes)
-    return report, (con if keep else None)

@@ -7,7 +7,9 @@ and random fleets (hypothesis) with every finding kind."""
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import test_audit_perf_equivalence as perf
@@ -245,3 +247,34 @@ def test_random_fleets(case, share, data):
     live = {_key(x) for x in leases} - archived
     want, got = both(fleet, live, since, until, at_=perf.AT, namespace=namespace)
     assert got == want
+
+
+# --- the documented query ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", [*sorted(PLANTED), "history"])
+def test_the_documented_double_booked_query(tmp_path, case):
+    """docs/archive.md's DoubleBooked SQL (as bench/bench_archive.py runs it) gives, per slot, the engine's
+    episodes: the same intervals and the same number of leases."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ is the repository's, not installed
+    from bench.bench_archive import double_booked_sql
+    from kubectl_runs.engine.audit_slots import _episodes
+    from kubectl_runs.engine.audit_window import clip
+    from kubectl_runs.timeutil import EARLIEST, LATEST
+
+    leases = [x for x in (LEASES if case == "history" else PLANTED[case]) if x.status.closed]
+    store.archive(tmp_path / "a", leases, archived_at=AT)
+    arch = reader.open_archive(tmp_path / "a")
+    paths = ", ".join(db.quote(arch.directory / p.file) for p in arch.manifest.partitions)
+    con = db.connect()
+    query = double_booked_sql(f"read_parquet([{paths}])")
+    got = sorted((slot, lo / 1e6, hi / 1e6, n) for slot, lo, hi, n in con.execute(
+        f'SELECT slot, epoch_us("from"), epoch_us("to"), leases FROM ({query})').fetchall())
+    win = clip(leases, EARLIEST, LATEST)
+    want = []
+    for slot in {s for x in leases for s in x.spec.slice.slots}:
+        idx = sorted((i for i, x in enumerate(win.leases) if slot in win.slots[i]), key=win.starts.__getitem__)
+        for lo, hi, involved in _episodes(idx, [win.starts[i] for i in idx], [win.ends[i] for i in idx]):
+            want.append((slot, lo, hi, len(involved)))
+    assert got == sorted(want)
+    assert want or case == "unknown"

@@ -3,23 +3,23 @@ on the same leases, the findings, the ledger's instants and the notes are exactl
 snapshot holding every lease (engine/audit.py) — planted double bookings (pile-ups, chains, a lease across
 months, live and archived on one slot, equal starts, touching ends), unknown nodes, slots, runs and envelopes,
 overdrafts, ACL violations, lending and aggregate caps, ``-n``, windows inside, across and outside the archive,
-and random fleets (hypothesis) with every finding kind."""
+and random fleets (hypothesis) with every finding kind. The view is archive/relation.py's, over Parquet written by the archive."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import test_audit_perf_equivalence as perf
 from archive_fleets import fleet_objects, history, with_uid
-from archive_window import VIEW, define
 from builders import T0, at, budget, envelope, lease, node, run, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubectl_runs.archive import db, reader, store
+from kubectl_runs.archive import db, reader, relation, store
 from kubectl_runs.archive.findings import findings
 from kubectl_runs.engine.audit import audit
 from kubectl_runs.model import Snapshot
@@ -31,23 +31,22 @@ def _key(x):
     return (x.metadata.namespace, x.metadata.name)
 
 
-def both(fleet: Snapshot, live_keys, since, until, *, at_=AT, namespace=None, archive_dir=None, con=None):
-    """(the engine's findings, instants, notes on the whole fleet; the same from DuckDB, the leases not in
-    ``live_keys`` read as archived — from the archive written to ``archive_dir``, else as registered rows)."""
+def both(fleet: Snapshot, live_keys, since, until, base: Path, *, at_=AT, namespace=None):
+    """(the engine's findings, instants, notes on the whole fleet; the same from DuckDB over the view of
+    archive/relation.py, the leases not in ``live_keys`` archived into a new directory under ``base``)."""
     want = audit(fleet, at_, since=since, until=until, namespace=namespace)
     live = [x for x in fleet.leases if _key(x) in live_keys]
     archived = [x for x in fleet.leases if _key(x) not in live_keys]
     assert all(x.status.closed for x in archived)
     hi_at = min(until, at_)
-    con = con or db.connect()
-    if archive_dir is not None:
-        store.archive(archive_dir, archived, archived_at=at_)
-        define(con, [reader.open_archive(archive_dir)], live, since, hi_at)
-    else:
-        define(con, [], live, since, hi_at, archived=archived)
+    archive_dir = Path(tempfile.mkdtemp(dir=base))
+    store.archive(archive_dir, archived, archived_at=at_)
+    con = db.connect()
+    relation.define(con, [reader.open_archive(archive_dir)], live, since, hi_at)
     notes: list[str] = []
-    got, instants = findings(con, VIEW, Snapshot(nodes=fleet.nodes, budgets=fleet.budgets, runs=fleet.runs,
-                                                 leases=tuple(live)), since, hi_at, namespace=namespace, notes=notes)
+    got, instants = findings(con, relation.VIEW, Snapshot(nodes=fleet.nodes, budgets=fleet.budgets, runs=fleet.runs,
+                                                          leases=tuple(live)), since, hi_at, namespace=namespace,
+                             notes=notes)
     return (want.findings, want.ledger_instants, [n for n in want.notes if "Nodes" in n]), (got, instants, notes)
 
 
@@ -70,17 +69,11 @@ WINDOWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def parquet(tmp_path_factory):
-    return tmp_path_factory.mktemp("findings") / "archive"
-
-
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 @pytest.mark.parametrize("namespace", [None, "team", "ext"])
 def test_a_history_from_parquet(tmp_path, window, namespace):
     since, until = WINDOWS[window]
-    want, got = both(FLEET, closed_before(LEASES, CUT), since, until, namespace=namespace,
-                     archive_dir=tmp_path / "archive")
+    want, got = both(FLEET, closed_before(LEASES, CUT), since, until, tmp_path, namespace=namespace)
     assert got == want
     if window in ("inside", "across", "whole") and namespace is None:
         kinds = {f.kind for f in want[0]}
@@ -89,9 +82,9 @@ def test_a_history_from_parquet(tmp_path, window, namespace):
         assert {"ACLViolation", "Overdraft"} <= {f.kind for f in want[0]}
 
 
-def test_nothing_live():
+def test_nothing_live(tmp_path):
     """Every closed lease archived (the open ones stay live), whole history."""
-    want, got = both(FLEET, {_key(x) for x in LEASES if not x.status.closed}, *WINDOWS["whole"])
+    want, got = both(FLEET, {_key(x) for x in LEASES if not x.status.closed}, *WINDOWS["whole"], tmp_path)
     assert got == want
     assert len(want[0]) > 100
 
@@ -174,12 +167,12 @@ LEDGER = {
 @pytest.mark.parametrize("case", sorted(PLANTED))
 @pytest.mark.parametrize("live_share", ["none", "half", "all"])
 @pytest.mark.parametrize("span", [(-2000, 2000), (0, 48), (15, 35), (-24 * 36, -24 * 30), (200, 300)])
-def test_planted(case, live_share, span):
+def test_planted(tmp_path, case, live_share, span):
     leases = sorted(PLANTED[case], key=_key)
     fleet = snapshot(*NODES, BUDGET, run("r"), *leases)
     live = {_key(x) for i, x in enumerate(leases) if not x.status.closed
             or live_share == "all" or (live_share == "half" and i % 2)}
-    want, got = both(fleet, live, at(hours=span[0]), at(hours=span[1]), at_=at(hours=150))
+    want, got = both(fleet, live, at(hours=span[0]), at(hours=span[1]), tmp_path, at_=at(hours=150))
     assert got == want
     if span == (-2000, 2000) and case != "unknown":
         assert want[0], "the planted case finds something over its whole history"
@@ -187,46 +180,46 @@ def test_planted(case, live_share, span):
 
 @pytest.mark.parametrize("case", sorted(LEDGER))
 @pytest.mark.parametrize("span", [(-2000, 2000), (0, 18), (12, 150), (16, 2000)])
-def test_each_ledger_bound(case, span):
-    """Every other lease (a busy history: 40 leases of org:team on n#0-#7, none of them a problem) is archived;
-    the case's leases are archived or live; the finding comes from one bound only."""
+def test_each_ledger_bound(tmp_path, case, span):
+    """A busy history (40 leases of org:team on n#0-#7, none of them a problem) is archived; the case's leases
+    are archived or live; the finding comes from one bound only."""
     budgets, planted = LEDGER[case]
     quiet = [_lease(f"q{i:02d}", [f"n#{i % 8}"], 5 * (i // 8), 5 * (i // 8) + 5) for i in range(40)]
     leases = sorted([*quiet, *planted], key=_key)
     fleet = snapshot(*NODES, node("n", gpus=8), BUDGET, *budgets, run("r"), *leases)
     for live in (set(), {_key(x) for x in planted}):
         live |= {_key(x) for x in leases if not x.status.closed}
-        want, got = both(fleet, live, at(hours=span[0]), at(hours=span[1]), at_=at(hours=150))
+        want, got = both(fleet, live, at(hours=span[0]), at(hours=span[1]), tmp_path, at_=at(hours=150))
         assert got == want
         if (span[0] < 12 and span[1] > 16 and case != "end-only") or (case == "end-only" and span[1] >= 150):
             assert {f.kind for f in want[0]} & {"Overdraft", "ACLViolation"}, want[0]
 
 
-def test_planted_kinds():
+def test_planted_kinds(tmp_path):
     """The planted cases together have every kind, and the archive gives them all from Parquet."""
     leases = sorted((x for case in PLANTED.values() for x in case), key=_key)
     fleet = snapshot(*NODES, BUDGET, run("r"), *leases)
-    want, got = both(fleet, {_key(x) for x in leases if not x.status.closed}, at(hours=-2000), at(hours=2000),
+    want, got = both(fleet, {_key(x) for x in leases if not x.status.closed}, at(hours=-2000), at(hours=2000), tmp_path,
                      at_=at(hours=150))
     assert got == want
     assert {f.kind for f in want[0]} == {"DoubleBooked", "UnknownNode", "UnknownRun", "UnknownEnvelope",
                                          "ACLViolation", "Overdraft"}
 
 
-def test_no_nodes_note():
+def test_no_nodes_note(tmp_path):
     leases = sorted(PLANTED["chain"], key=_key)
     fleet = snapshot(BUDGET, run("r"), *leases)
-    want, got = both(fleet, set(), at(hours=0), at(hours=100), at_=at(hours=150))
+    want, got = both(fleet, set(), at(hours=0), at(hours=100), tmp_path, at_=at(hours=150))
     assert got == want
     assert want[2] == ["the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)"]
     # a window with no lease: no note
-    assert both(fleet, set(), at(hours=500), at(hours=600), at_=at(hours=700)) == (([], 1, []), ([], 1, []))
+    assert both(fleet, set(), at(hours=500), at(hours=600), tmp_path, at_=at(hours=700)) == (([], 1, []), ([], 1, []))
 
 
-def test_an_unbound_namespace_with_no_lease_in_the_window():
+def test_an_unbound_namespace_with_no_lease_in_the_window(tmp_path):
     fleet = snapshot(*NODES, BUDGET, budget("c", "team", owner="org:team:twin"), run("r"),
                      *sorted(PLANTED["chain"], key=_key))
-    want, got = both(fleet, set(), at(hours=500), at(hours=600), at_=at(hours=700))
+    want, got = both(fleet, set(), at(hours=500), at(hours=600), tmp_path, at_=at(hours=700))
     assert got == want
     assert [f.kind for f in want[0]] == ["UnboundNamespace"]
 
@@ -234,9 +227,10 @@ def test_an_unbound_namespace_with_no_lease_in_the_window():
 # --- random fleets --------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=perf.fleets(), share=st.integers(0, 3), data=st.data())
-def test_random_fleets(case, share, data):
+def test_random_fleets(tmp_path, case, share, data):
     """perf.fleets: every kind on three nodes, half of them pile-ups; the closed leases archived (some of them,
     all, or none)."""
     fleet, since, until, _by, namespace = case
@@ -245,7 +239,7 @@ def test_random_fleets(case, share, data):
     closed = [x for x in leases if x.status.closed]
     archived = {_key(x) for x in closed if share == 3 or (share and data.draw(st.booleans()))}
     live = {_key(x) for x in leases} - archived
-    want, got = both(fleet, live, since, until, at_=perf.AT, namespace=namespace)
+    want, got = both(fleet, live, since, until, tmp_path, at_=perf.AT, namespace=namespace)
     assert got == want
 
 

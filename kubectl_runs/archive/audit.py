@@ -1,8 +1,9 @@
 """``leases audit --archive``: the audit of the live (or snapshot) leases and the archived ones together, its
 rows, totals, peaks and periods computed in DuckDB (archive/breakdown.py over the view of archive/relation.py),
-its findings by ``findings.window_findings`` — the same ``AuditReport`` / ``PeriodsReport`` values the engine
-gives on one snapshot holding every lease (engine/audit.py, engine/audit_periods.py), so the views print them
-alike and ``-o json`` is byte for byte the same.
+its findings by archive/findings.py (SQL selects the leases each kind depends on, the engine judges them alone):
+the same ``AuditReport`` / ``PeriodsReport`` values the engine gives on one snapshot holding every lease
+(engine/audit.py, engine/audit_periods.py), so the views print them alike and ``-o json`` is byte for byte the
+same.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: dateti
     notes = window_notes(at, until)
     with _window(snapshot, archives, since, min(until, at), by, namespace) as con:
         rows, micros, leases = breakdown.rows(con, by, namespace)
-        found = findings.window_findings(con, snapshot, at, since=since, until=until, namespace=namespace,
-                                         notes=notes)
+        found, instants = findings.findings(con, relation.VIEW, snapshot, since, min(until, at),
+                                            namespace=namespace, notes=notes)
     return AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
-                       total_leases=leases, findings=found, notes=notes)
+                       total_leases=leases, findings=found, ledger_instants=instants, notes=notes)
 
 
 def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
@@ -49,10 +50,10 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
             micros, leases = breakdown.lease_totals(con, namespace)
         else:
             micros, leases = sum(p[1] for p in per_period), sum(row.leases for row in rows)
-        found = findings.window_findings(con, snapshot, at, since=since, until=until, namespace=namespace,
-                                         notes=notes)
+        found, instants = findings.findings(con, relation.VIEW, snapshot, since, min(until, at),
+                                            namespace=namespace, notes=notes)
     whole = AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
-                        total_leases=leases, findings=found, notes=notes)
+                        total_leases=leases, findings=found, ledger_instants=instants, notes=notes)
     periods = []
     counted = iter(per_period)
     for label, lo, end in clipped:

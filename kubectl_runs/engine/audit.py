@@ -50,7 +50,7 @@ from .audit_window import (
 from .findings import Finding, sort_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
-           "breakdown", "peak", "split_slot")
+           "breakdown", "peak", "split_slot", "window_findings")
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
 DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
@@ -149,7 +149,8 @@ def _audit(
     hi_at = min(until, at)
     win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     rows, total_seconds, total_leases = _counted(win, by, namespace)
-    found, instants = _findings(snapshot, win, since, hi_at, namespace, ledger_at_starts, notes)
+
+    found, instants = window_findings(snapshot, win, since, hi_at, namespace, ledger_at_starts, notes)
     return AuditReport(
         at=at,
         since=since,
@@ -171,25 +172,22 @@ def window_notes(at: datetime, until: datetime) -> list[str]:
     return []
 
 
-def findings(
+def window_findings(
     snapshot: Snapshot,
-    at: datetime,
-    *,
+    win: Window,
     since: datetime,
-    until: datetime,
-    namespace: str | None = None,
-    ledger_at_starts: bool = True,
-    notes: list[str] | None = None,
-) -> list[Finding]:
-    """The findings of ``audit`` alone (sorted), over ``[since, min(until, at))``; its notes about them (e.g. no
-    Nodes to check slots against) are appended to ``notes``."""
-    hi_at = min(until, at)
-    win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
-    return _findings(snapshot, win, since, hi_at, namespace, ledger_at_starts, [] if notes is None else notes)[0]
+    hi_at: datetime,
+    namespace: str | None,
+    ledger_at_starts: bool,
+    notes: list[str],
+) -> tuple[list[Finding], int]:
+    """The findings of the window ``win`` (``clip`` of the snapshot's leases over ``[since, hi_at)``), sorted,
+    narrowed to ``namespace`` when given, and how many instants the ledger was evaluated at.
 
-
-def _findings(snapshot: Snapshot, win: Window, since: datetime, hi_at: datetime, namespace: str | None,
-              ledger_at_starts: bool, notes: list[str]) -> tuple[list[Finding], int]:
+    Each kind depends only on some of the window's leases (archive/findings.py relies on it to run this on a
+    subset): ``DoubleBooked`` on a node on the leases holding slots on it, the reference findings on each lease
+    alone, the ledger on the leases open at the end of the window and on the leases of the budgets where a cheap
+    bound says a problem is possible — bounds that can only fall when leases are left out."""
     found: list[Finding] = []
     by_payer = group_indices(payers(win))
     found += slot_findings(snapshot, win, notes)

@@ -107,13 +107,17 @@ FROM w JOIN peaks USING (ms, owner) GROUP BY ms, owner"""
 
 
 def sql_double_booked(archive: str) -> str:
-    """docs/archive.md's DoubleBooked query: one row per slot and lease that starts while another holds it."""
-    return f"""
-WITH held AS (SELECT namespace || '/' || name AS lease, unnest(slots) AS slot, start, ended
-              FROM read_parquet({files(archive)}) WHERE ended > start),
-ordered AS (SELECT *, max(ended) OVER (PARTITION BY slot ORDER BY start, lease
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held_until FROM held)
-SELECT slot, lease, start, held_until FROM ordered WHERE held_until > start"""
+    """docs/archive.md's DoubleBooked query: per slot, the episodes during which two or more leases hold it (a
+    sweep per slot in order of start, no self-join)."""
+    return double_booked_sql(f"read_parquet({files(archive)})")
+
+
+def double_booked_sql(source: str) -> str:
+    """The DoubleBooked query of docs/archive.md, reading the archive from ``source`` (a table expression)."""
+    text = (ROOT / "docs" / "archive.md").read_text()
+    query = text[text.index("WITH held AS", text.index("-- DoubleBooked")):]
+    query = query[:query.index(";")]
+    return query.replace("read_parquet('/archive/month=*/*.parquet')", source)
 
 
 # --- the measurements (each in its own process) -------------------------------------------------------------------
@@ -203,7 +207,8 @@ def in_child(name: str, rounds: int, **args) -> dict:
 
 
 def one_slot_archive(out: Path, leases: int) -> tuple[str, str, str]:
-    """``leases`` closed leases all on slot one-0#0, a minute apart, each held for a day: one pile-up."""
+    """``leases`` closed leases all on slot one-0#0, a minute apart, each held for a day: one pile-up, the one
+    finding (their run is in the fleet: without it every lease would be an UnknownRun finding as well)."""
     from kubectl_runs.archive import store
     from kubectl_runs.model import GPULease, GPULeaseSpec, GPULeaseStatus, ObjectMeta, ObjectRef, Slice
 
@@ -221,7 +226,9 @@ def one_slot_archive(out: Path, leases: int) -> tuple[str, str, str]:
              "metadata": {"annotations": {"jobtree.dev/snapshot-time": end.strftime("%Y-%m-%dT%H:%M:%SZ")}},
              "items": [{"apiVersion": "v1", "kind": "Node",
                         "metadata": {"name": "one-0", "labels": {"gpu.flavor": "H100-80GB", "fabric.domain": "d"}},
-                        "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]}
+                        "status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+                       {"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": {"name": "r", "namespace": "pile"},
+                        "spec": {"resources": {"gpuType": "H100-80GB", "totalGPUs": 1}}, "status": {"phase": "Running"}}]}
     (out / "fleet.json").write_text(json.dumps(fleet))
     return str(out / "fleet.json"), str(out / "archive"), first.isoformat()
 

@@ -39,7 +39,7 @@ from .audit_window import Window, clip, gpu_seconds, group_indices, key_peaks, n
 from .findings import Finding, sort_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
-           "breakdown", "peak", "split_slot")
+           "breakdown", "peak", "split_slot", "window_findings")
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
 DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
@@ -141,6 +141,37 @@ def _audit(
     win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     rows, total_seconds, total_leases = _counted(win, by, namespace)
 
+    found, instants = window_findings(snapshot, win, since, hi_at, namespace, ledger_at_starts, notes)
+    return AuditReport(
+        at=at,
+        since=since,
+        until=until,
+        by=by,
+        rows=rows,
+        total_gpu_seconds=total_seconds,
+        total_leases=total_leases,
+        findings=found,
+        ledger_instants=instants,
+        notes=notes,
+    )
+
+
+def window_findings(
+    snapshot: Snapshot,
+    win: Window,
+    since: datetime,
+    hi_at: datetime,
+    namespace: str | None,
+    ledger_at_starts: bool,
+    notes: list[str],
+) -> tuple[list[Finding], int]:
+    """The findings of the window ``win`` (``clip`` of the snapshot's leases over ``[since, hi_at)``), sorted,
+    narrowed to ``namespace`` when given, and how many instants the ledger was evaluated at.
+
+    Each kind depends only on some of the window's leases (archive/findings.py relies on it to run this on a
+    subset): ``DoubleBooked`` on a node on the leases holding slots on it, the reference findings on each lease
+    alone, the ledger on the leases open at the end of the window and on the leases of the budgets where a cheap
+    bound says a problem is possible — bounds that can only fall when leases are left out."""
     found: list[Finding] = []
     by_payer = group_indices(payers(win))
     found += slot_findings(snapshot, win, notes)
@@ -150,18 +181,7 @@ def _audit(
     found += ledger_found
     if namespace is not None:
         found = [f for f in found if _finding_namespace(f) == namespace]
-    return AuditReport(
-        at=at,
-        since=since,
-        until=until,
-        by=by,
-        rows=rows,
-        total_gpu_seconds=total_seconds,
-        total_leases=total_leases,
-        findings=sort_findings(found),
-        ledger_instants=instants,
-        notes=notes,
-    )
+    return sort_findings(found), instants
 
 
 def breakdown(

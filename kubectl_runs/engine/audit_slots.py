@@ -19,6 +19,7 @@ from .findings import Finding
 
 # Closed leases whose node is expected to be gone: not reported as UnknownNode.
 NODE_GONE_REASONS = frozenset({"NodeFailure"})
+NO_NODES_NOTE = "the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)"
 
 
 def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Finding]:
@@ -31,7 +32,7 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Fin
         return out
     nodes = snapshot.nodes_by_name
     if not nodes:
-        notes.append("the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)")
+        notes.append(NO_NODES_NOTE)
     _list_ids, members = win.slot_lists()
     per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
     node_of: dict[str, str] = {}

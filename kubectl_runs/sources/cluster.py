@@ -17,7 +17,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -27,6 +27,8 @@ from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
 from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
 from . import Source
 from .files import _Collector, gc_paused
+
+T = TypeVar("T")
 
 DEFAULT_CHUNK_SIZE = 500  # kubectl's --chunk-size default
 RELIST_ATTEMPTS = 3
@@ -154,16 +156,20 @@ class Cluster:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
+        return self._bounded(lambda state: self._fetch(request, path, state))
+
+    def _bounded(self, call: Callable[[dict[str, Any]], T]) -> T:
+        """``call(state)`` within the deadline of a whole request. The request runs in a worker thread the
+        command waits for until the deadline; past it, the connection (``state["response"]``, once the call
+        has one) is shut, which ends the worker's read, and the command says so."""
         deadline = self.deadline
         if deadline is None:
-            return self._fetch(request, path, {})
-        # The request runs in a worker thread the command waits for until the deadline; past it, the connection
-        # is shut (which ends the worker's read) and the command says so.
+            return call({})
         state: dict[str, Any] = {}
 
         def work() -> None:
             try:
-                state["data"] = self._fetch(request, path, state)
+                state["data"] = call(state)
             except BaseException as exc:  # handed to the waiting thread
                 state["error"] = exc
 
@@ -212,15 +218,19 @@ class Cluster:
             body=body,
             auth_settings=["BearerToken"],
         )
-        try:
-            response = self.api.call_api(*request, _request_timeout=self.request_timeout)
-            response.read()
-        except ApiException as exc:
-            status, data = exc.status, exc.body
-        except Exception as exc:
-            raise self._transport_error(exc) from None
-        else:
-            status, data = response.status, response.data
+
+        def send(state: dict[str, Any]) -> tuple[int | None, Any]:
+            try:
+                response = self.api.call_api(*request, _request_timeout=self.request_timeout)
+                state["response"] = response
+                response.read()
+            except ApiException as exc:
+                return exc.status, exc.body
+            except Exception as exc:
+                raise self._transport_error(exc) from None
+            return response.status, response.data
+
+        status, data = self._bounded(send)
         if status is not None and (200 <= status <= 299 or status in (404, 409)):
             return status
         if status == 403:

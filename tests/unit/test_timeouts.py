@@ -249,3 +249,16 @@ def test_the_default_deadline_is_ten_minutes(tmp_path):
     assert Cluster(Source(kubeconfig=config)).deadline == cluster_module.DEADLINE == 600.0
     assert Cluster(Source(kubeconfig=config, request_timeout=2.5)).deadline == 2.5
     assert Cluster(Source(kubeconfig=config, request_timeout=0.0)).deadline is None
+
+
+def test_a_delete_has_the_same_deadline(tmp_path, trickling):
+    """``leases archive --prune`` deletes one lease at a time: a DELETE whose answer never completes ends at the
+    deadline like a list does, and says which limit fired."""
+    url = f"http://127.0.0.1:{trickling.port}"
+    cluster = Cluster(Source(kubeconfig=kubeconfig(tmp_path, url), request_timeout=1.0))
+    began = time.monotonic()
+    with pytest.raises(cluster_module.ClusterError) as caught:
+        cluster.delete("/apis/jobtree.dev/v1/namespaces/a/gpuleases/l1", {"kind": "DeleteOptions"})
+    elapsed = time.monotonic() - began
+    assert str(caught.value) == f"the server at {url} did not finish its answer within 1s (--request-timeout)"
+    assert 1 <= elapsed < 4

@@ -1,0 +1,253 @@
+"""The findings of ``leases audit --archive`` over the audit window's DuckDB view (archive/relation.py): the same
+findings as the JSON path on the same leases, without a Python object per archived lease.
+
+Every kind of finding depends on a small part of the window that SQL can find (engine/audit.py
+``window_findings``), so DuckDB selects that part and the unchanged engine runs on it alone:
+
+* ``DoubleBooked``: a sweep per slot (in order of start, a lease that starts before the previous lease's end
+  clashes; half-open intervals) names the slots held twice at one instant, and every lease holding one of them
+  is taken. A finding is an episode of the slots of one node held by exactly the same slot lists (an atom,
+  engine/audit_slots.py); a slot in the atom of a clashing slot is held by all of that slot's leases, so it
+  clashes too and all its leases are taken: the atoms that have episodes are the same as in the whole window,
+  with the same leases, and leaving out leases elsewhere cannot add an overlap;
+* ``UnknownNode``, ``UnknownRun``, ``UnknownEnvelope`` are findings of one lease each: the leases holding a
+  slot the snapshot's nodes do not have, naming a run it does not have (unless closed as the run went away),
+  or charged to an envelope it does not have;
+* the ledger findings (``ACLViolation``, ``Overdraft``, ``UnboundNamespace``) come from the ledger evaluated
+  at the end of the window, on the leases open then, and at the suspect instants of the budgets where a cheap
+  bound says a problem is possible (engine/audit_findings.py ``_suspect_instants``). Those bounds — a lease
+  outside its envelope's window, an owner the envelope does not lend to, a peak of charged (or borrowed) GPUs
+  above the concurrency (or lending cap), envelope peaks adding up above an aggregate cap — are computed here
+  in SQL per envelope and owner, as upper bounds of the engine's; every lease of a budget that may be suspect
+  is taken, and the leases open at the end of the window.
+
+The bounds only fall when leases are left out, so the engine on the union of those leases finds exactly the
+findings (and ledger instants) it finds on the whole window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from ..engine.accounting import BORROWED, lends_to, relation
+from ..engine.audit import window_findings
+from ..engine.audit_findings import RUN_GONE_REASONS
+from ..engine.audit_slots import NO_NODES_NOTE
+from ..engine.audit_window import Window, clip, split_slot
+from ..engine.findings import Finding
+from ..model import GPULease, Snapshot
+from . import db
+from .manifest import ArchiveError
+from .schema import LEASE_SELECT, lease_of, micros
+
+# The small tables of the snapshot and of the leases to fetch (temp tables of the connection).
+_RUNS = "audit_findings_runs"
+_PAYERS = "audit_findings_payers"
+_PEAKS = "audit_findings_peak_members"
+_SLOTS = "audit_findings_slots"
+
+EnvelopeKey = tuple[str, str, str]
+
+
+def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetime, *, namespace: str | None = None,
+             ledger_at_starts: bool = True, notes: list[str] | None = None) -> tuple[list[Finding], int]:
+    """The findings of the leases of ``view`` — the window ``[since, hi_at)`` (``hi_at``: ``min(until, at)``)
+    as archive/relation.py defines it, each lease once — sorted and narrowed to ``namespace`` as the engine's
+    ``window_findings``, with the number of ledger instants; the notes the engine adds go into ``notes``.
+    ``snapshot`` gives the nodes, runs and budgets, and the live leases (their rows in the view are the live
+    copies)."""
+    part, in_window = _part(con, view, snapshot, since, hi_at, ledger_at_starts)
+    sub = replace(snapshot, leases=tuple(part))
+    win = clip(sub.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
+    said: list[str] = []
+    found, instants = window_findings(sub, win, since, hi_at, namespace, ledger_at_starts, said)
+    if in_window and not snapshot.nodes and NO_NODES_NOTE not in said:
+        said.append(NO_NODES_NOTE)  # the engine says it when the window has leases, not only the part taken
+    if notes is not None:
+        notes.extend(said)
+    return found, instants
+
+
+def _part(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetime,
+          ledger_at_starts: bool) -> tuple[list[GPULease], int]:
+    """The leases of the window the findings depend on (module docstring), in the order of a loaded snapshot
+    (namespace, name; a live lease before an archived one), and how many leases the window has."""
+    lo_us, hi_us = micros(since), micros(hi_at)
+    groups = _query(con, f"SELECT payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), sum(len(slots)), "
+                         f"min(held_from_us), max(held_until_us) FROM {view} GROUP BY ALL")
+    in_window = sum(row[4] for row in groups)
+    if not in_window:
+        return [], 0
+    slots = _slots_to_take(con, view, snapshot)
+    runs = _runs_to_take(con, view, snapshot)
+    payers = _unknown_payers(snapshot, groups)
+    if ledger_at_starts:
+        payers += _suspect_payers(con, view, snapshot, groups, lo_us, hi_us)
+    _register(con, _RUNS, ("ref_namespace", "ref_name"), runs)
+    _register(con, _PAYERS, ("key_namespace", "key_budget", "key_envelope"), payers)
+    _register(con, _SLOTS, ("take_slot",), [(slot,) for slot in sorted(slots)])
+    gone = ", ".join(f"'{reason}'" for reason in sorted(RUN_GONE_REASONS))
+    # The leases holding a slot to take: a semi-join on the unnested slots (list_has_any against a list of
+    # thousands of slots costs a set per row).
+    on_slots = (f"LEFT JOIN (SELECT DISTINCT namespace AS on_namespace, name AS on_name, uid AS on_uid FROM "
+                f"(SELECT namespace, name, uid, unnest(slots) AS take_slot FROM {view}) SEMI JOIN {_SLOTS} "
+                f"USING (take_slot)) ON on_namespace = namespace AND on_name = name AND on_uid = uid ") if slots else ""
+    rows = _query(
+        con,
+        f"SELECT {LEASE_SELECT}, live FROM {view} "
+        f"LEFT JOIN {_RUNS} ON ref_namespace = run_namespace AND ref_name = run_name "
+        f"LEFT JOIN {_PAYERS} ON key_namespace = payer_namespace AND key_budget = paid_by_budget "
+        f"AND key_envelope = paid_by_envelope {on_slots}"
+        f"WHERE held_until_us >= {hi_us} OR key_namespace IS NOT NULL "
+        f"OR (ref_namespace IS NOT NULL AND (NOT closed OR closure_reason IS NULL OR closure_reason NOT IN ({gone})))"
+        + (" OR on_namespace IS NOT NULL" if slots else ""),
+    )
+    return _leases(snapshot, rows), in_window
+
+
+def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
+    """The rows as leases: a live row is the snapshot's own lease (its status may be open), an archived row is
+    rebuilt (``schema.lease_of``); in the order ``reader.with_archived`` merges them."""
+    live_keys = {(row[0], row[1], row[2]) for row in rows if row[-1]}
+    live = [x for x in snapshot.leases if (x.metadata.namespace, x.metadata.name, x.metadata.uid) in live_keys] \
+        if live_keys else []
+    archived = [lease_of(row[:-1]) for row in rows if not row[-1]]
+    archived.sort(key=lambda x: (x.metadata.namespace, x.metadata.name, x.metadata.uid))
+    merged = [*live, *archived]
+    merged.sort(key=lambda x: (x.metadata.namespace, x.metadata.name))
+    return merged
+
+
+# --- slots: DoubleBooked, UnknownNode ----------------------------------------------------------------------
+
+
+def _slots_to_take(con, view: str, snapshot: Snapshot) -> set[str]:
+    """Every slot held twice at one instant, and every slot the snapshot's nodes do not have: the leases holding
+    any of them are taken."""
+    # The sweep partitions by the slot's hash (integers sort faster than strings): slots whose hashes collide
+    # are swept together, which can only add a clash, never hide one.
+    clashing_hashes = {h for (h,) in _query(
+        con, f"SELECT DISTINCT h FROM (SELECT h, held_from_us < lag(held_until_us) OVER (PARTITION BY h ORDER BY "
+             f"held_from_us) AS clash FROM (SELECT hash(unnest(slots)) AS h, held_from_us, held_until_us "
+             f"FROM {view})) WHERE clash")}
+    rows = _query(con, f"SELECT slot, hash(slot) FROM (SELECT DISTINCT unnest(slots) AS slot FROM {view})")
+    node_of = {slot: split_slot(slot)[0] for slot, _hash in rows}
+    take = {slot for slot, h in rows if h in clashing_hashes}
+    nodes = snapshot.nodes_by_name
+    if nodes:
+        for slot, node in node_of.items():
+            known = nodes.get(node)
+            ordinal = split_slot(slot)[1]
+            if known is None or ordinal is None or ordinal >= known.gpus:
+                take.add(slot)
+    return take
+
+
+# --- runs and envelopes: UnknownRun, UnknownEnvelope -----------------------------------------------------------
+
+
+def _runs_to_take(con, view: str, snapshot: Snapshot) -> list[tuple[str, str]]:
+    """The run references of the window that the snapshot does not have."""
+    refs = _query(con, f"SELECT DISTINCT run_namespace, run_name FROM {view}")
+    known = {(r.metadata.namespace, r.metadata.name) for r in snapshot.runs}
+    return [ref for ref in refs if ref not in known]
+
+
+def _unknown_payers(snapshot: Snapshot, groups: list[tuple]) -> list[EnvelopeKey]:
+    envelopes = snapshot.envelopes_by_key
+    keys = {(ns, budget, envelope) for ns, budget, envelope, *_rest in groups if budget is not None}
+    return sorted(key for key in keys if key not in envelopes)
+
+
+# --- the ledger: ACLViolation, Overdraft, UnboundNamespace -------------------------------------------------------
+
+
+def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_us: int,
+                    hi_us: int) -> list[EnvelopeKey]:
+    """Every known envelope of the budgets where ``_suspect_instants`` may find an instant to evaluate: the
+    same tests on upper bounds of the same numbers (peaks only where the GPUs' sum exceeds the limit)."""
+    envelopes = snapshot.envelopes_by_key
+    per_envelope: dict[EnvelopeKey, list[tuple]] = {}
+    for ns, budget, envelope, owner, leases, gpus, first, last in groups:
+        key = (ns, budget, envelope)
+        if key in envelopes:
+            per_envelope.setdefault(key, []).append((owner, leases, gpus, first, last))
+    suspects: set[tuple[str, str]] = set()
+    peaks_wanted: list[tuple[int, EnvelopeKey, str, int]] = []  # (group id, envelope, owner, limit)
+    totals: dict[EnvelopeKey, int] = {}
+    lending_groups: dict[EnvelopeKey, int] = {}
+    for key, owners in per_envelope.items():
+        budget, envelope = envelopes[key]
+        open_us, close_us = micros(envelope.start), micros(envelope.end)
+        covers = open_us <= lo_us and close_us >= hi_us
+        if not covers and (min(o[3] for o in owners) < open_us or max(o[4] for o in owners) > close_us):
+            suspects.add(key[:2])
+        env_owner = budget.spec.owner
+        outsiders = [o for o in owners if relation(o[0], env_owner) == BORROWED]
+        if any(not lends_to(envelope, o[0]) for o in outsiders):
+            suspects.add(key[:2])
+        total = sum(o[2] for o in owners)
+        totals[key] = total
+        if total > envelope.concurrency:
+            peaks_wanted.extend((len(totals) * 2, key, o[0], envelope.concurrency) for o in owners)
+        cap = None if envelope.lending is None else envelope.lending.max_concurrency
+        borrowed = [o for o in outsiders if lends_to(envelope, o[0])]
+        if cap is not None and sum(o[2] for o in borrowed) > cap:
+            lending_groups[key] = len(totals) * 2 + 1
+            peaks_wanted.extend((len(totals) * 2 + 1, key, o[0], cap) for o in borrowed)
+    peaks = _peaks(con, view, peaks_wanted)
+    env_peaks: dict[EnvelopeKey, int] = {}
+    for n, key in enumerate(totals, start=1):
+        peak = peaks.get(n * 2)
+        env_peaks[key] = totals[key] if peak is None else peak
+        if env_peaks[key] > envelopes[key][1].concurrency:
+            suspects.add(key[:2])
+        lending = lending_groups.get(key)
+        if lending is not None and peaks.get(lending, 0) > envelopes[key][1].lending.max_concurrency:
+            suspects.add(key[:2])
+    for budget in snapshot.budgets:
+        ns, name = budget.metadata.namespace, budget.metadata.name
+        for cap in budget.spec.aggregate_caps:
+            members = [(ns, name, e) for e in cap.envelopes if (ns, name, e) in env_peaks]
+            if sum(env_peaks[m] for m in members) > cap.max_concurrency:
+                suspects.add((ns, name))
+    return sorted(key for key in per_envelope if key[:2] in suspects)
+
+
+def _peaks(con, view: str, wanted: list[tuple[int, EnvelopeKey, str, int]]) -> dict[int, int]:
+    """The peak of GPUs held at one instant by the leases of each group (group id -> GPUs): a group is some
+    owners' leases charged to one envelope. Ends come before starts at one instant (half-open intervals)."""
+    if not wanted:
+        return {}
+    _register(con, _PEAKS, ("gid", "namespace", "budget", "envelope", "owner"),
+              [(gid, *key, owner) for gid, key, owner, _limit in wanted], types=("BIGINT",))
+    rows = _query(
+        con,
+        f"WITH m AS (SELECT gid, held_from_us AS s, held_until_us AS e, len(slots) AS g FROM {view} AS v "
+        f"JOIN {_PEAKS} AS p ON p.namespace = v.payer_namespace AND p.budget = v.paid_by_budget "
+        f"AND p.envelope = v.paid_by_envelope AND p.owner = v.owner), "
+        f"ev AS (SELECT gid, s AS t, g AS d FROM m UNION ALL SELECT gid, e AS t, -g AS d FROM m) "
+        f"SELECT gid, max(held) FROM (SELECT gid, sum(d) OVER (PARTITION BY gid ORDER BY t, d "
+        f"ROWS UNBOUNDED PRECEDING) AS held FROM ev) GROUP BY gid",
+    )
+    return {gid: int(peak) for gid, peak in rows}
+
+
+# --- DuckDB -------------------------------------------------------------------------------------------------
+
+
+def _register(con, table: str, columns: tuple[str, ...], rows: list[tuple], types: tuple[str, ...] = ()) -> None:
+    """``rows`` as the temp table ``table`` (VARCHAR columns unless ``types`` says otherwise, from the first)."""
+    kinds = [*types, *("VARCHAR",) * (len(columns) - len(types))]
+    values = [[row[i] for row in rows] for i in range(len(columns))]
+    select = ", ".join(f"unnest(?::{kind}[]) AS {name}" for name, kind in zip(columns, kinds, strict=True))
+    _query(con, f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {select}", values, fetch=False)
+
+
+def _query(con, query: str, params: list | None = None, *, fetch: bool = True) -> list[tuple]:
+    try:
+        result = con.execute(query, params)
+        return result.fetchall() if fetch else []
+    except db.Error as exc:
+        raise ArchiveError(f"the audit's findings: DuckDB failed: {db.first_line(exc)}") from None

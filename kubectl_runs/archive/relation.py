@@ -1,0 +1,127 @@
+"""The audit window as one DuckDB relation: every lease that held GPUs during the window — read live (the
+cluster or ``--snapshot``) or from the archives — exactly once, with its instants clipped to the window, so
+that the rows, peaks, periods and findings of ``leases audit --archive`` are SQL over one view.
+
+``define(con, archives, live, lo, hi)`` registers the live leases (one statement for all of them: each column
+one list parameter) and defines the temp view ``audit_leases`` (``VIEW``) over ``[lo, hi)`` — ``hi`` already
+clipped to the evaluation time, as the engine's window is (``min(--until, --at)``).
+
+Which leases it holds, as engine/audit_window.py ``clip`` selects them:
+
+* a closed lease that held GPUs in the window: ``start < hi``, ``ended > lo`` and ``ended > start`` (a closed
+  lease without an end, or that ended at its start, never held anything and is left out);
+* an open (live) lease that started before ``hi``: it holds its slots up to ``hi``;
+* a lease both live and archived (archived, not yet pruned) is its live copy, whatever the live copy says (as
+  ``reader.with_archived``: keyed by namespace, name and uid); a lease in two archives is the copy of the first
+  archive given.
+
+Its columns (stable: the audit's SQL, engine-equivalent, is written against them):
+
+* every column of the archive schema, with the same names and types (archive/schema.py ``COLUMNS``,
+  docs/archive.md): ``namespace, name, uid, owner, run_namespace, run_name, group_index, flavor, slots, role,
+  gpus, start, reason, paid_by_namespace, paid_by_budget, paid_by_envelope, payer_namespace, closed, ended,
+  closure_reason, preemption_reservation, preemption_seed``. For a live lease ``closed`` may be false and
+  ``ended`` is its ``status.ended`` as read (NULL when none);
+* ``live`` BOOLEAN: read live or from a snapshot (true), or from an archive (false);
+* ``start_us`` BIGINT: ``start`` in microseconds since the epoch (not clipped);
+* ``ended_us`` BIGINT: ``ended`` in microseconds since the epoch; NULL when there is none;
+* ``held_from_us`` BIGINT: when it began holding its slots inside the window: ``greatest(start_us, lo)``;
+* ``held_until_us`` BIGINT: when it stopped holding them inside the window: ``least(ended_us, hi)`` for a
+  closed lease, ``hi`` for an open one (nothing after the evaluation time is known).
+
+``held_from_us < held_until_us`` for every row. Instants are exact integers (epoch microseconds, UTC), as the
+archive stores them; ``window_bounds`` gives ``(lo, hi)`` in the same unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..model import GPULease
+from . import db
+from .manifest import ArchiveError
+from .schema import COLUMN_NAMES, COLUMNS, micros, row_of
+
+VIEW = "audit_leases"
+LIVE_TABLE = "audit_live_leases"  # every live lease (not only the window's): its keys hide archived copies
+EXTRA_COLUMNS = ("live", "start_us", "ended_us", "held_from_us", "held_until_us")
+
+_COLUMNS = ", ".join(COLUMN_NAMES)
+_TIMES = frozenset(("start", "ended"))
+
+
+def window_bounds(lo: datetime, hi: datetime) -> tuple[int, int]:
+    """The window in epoch microseconds."""
+    return micros(lo), micros(hi)
+
+
+def define(con, archives: Sequence, live: Sequence[GPULease], lo: datetime, hi: datetime) -> None:
+    """Register ``live`` and define the view ``audit_leases`` over ``[lo, hi)`` on ``con`` (module docstring).
+    ``archives`` are opened archives (``reader.open_archive``); only their files that can touch the window are
+    read, and only when the view is queried."""
+    _register_live(con, live)
+    lo_us, hi_us = window_bounds(lo, hi)
+    lo_ts, hi_ts = _timestamp(lo_us), _timestamp(hi_us)
+    live_part = (f"SELECT {_COLUMNS}, true AS live FROM {LIVE_TABLE} "
+                 f"WHERE start < {hi_ts} AND (NOT closed OR (ended > {lo_ts} AND ended > start))")
+    parts = [live_part]
+    archived = _archived(archives, lo, hi, lo_ts, hi_ts)
+    if archived is not None:
+        parts.append(f"SELECT {_COLUMNS}, false AS live FROM ({archived}) AS a "
+                     f"ANTI JOIN {LIVE_TABLE} AS k USING (namespace, name, uid)")
+    held = (f"SELECT *, epoch_us(start) AS start_us, epoch_us(ended) AS ended_us, "
+            f"greatest(epoch_us(start), {lo_us}) AS held_from_us, "
+            f"CASE WHEN closed THEN least(epoch_us(ended), {hi_us}) ELSE {hi_us} END AS held_until_us "
+            f"FROM ({' UNION ALL '.join(parts)}) AS u")
+    if lo_us >= hi_us:  # an empty window: the same columns, no rows
+        held += " WHERE false"
+    _execute(con, f"CREATE OR REPLACE TEMP VIEW {VIEW} AS {held}", "the audit window")
+
+
+def _archived(archives: Sequence, lo: datetime, hi: datetime, lo_ts: str, hi_ts: str) -> str | None:
+    """The archived leases that held GPUs in the window, each key once (the first archive's copy)."""
+    selects = []
+    for index, arch in enumerate(archives):
+        files = arch.files(lo, hi)
+        if not files:
+            continue
+        paths = "[" + ", ".join(db.quote(arch.directory / p.file) for p in files) + "]"
+        selects.append(f"SELECT {_COLUMNS}, {index} AS archive_index "
+                       f"FROM read_parquet({paths}, hive_partitioning = false) "
+                       f"WHERE start < {hi_ts} AND ended > {lo_ts} AND ended > start")
+    if not selects:
+        return None
+    if len(selects) == 1:  # one archive holds each key once (leases archive --verify checks it)
+        return selects[0]
+    return (f"SELECT * EXCLUDE (archive_index) FROM ({' UNION ALL '.join(selects)}) "
+            f"QUALIFY row_number() OVER (PARTITION BY namespace, name, uid ORDER BY archive_index) = 1")
+
+
+def _register_live(con, live: Sequence[GPULease]) -> None:
+    """Every live lease as the temp table ``audit_live_leases`` (the archive's columns), in one statement: each
+    column is one list parameter, unnested side by side."""
+    rows = [row_of(lease) for lease in live]
+    columns = []
+    values = []
+    for name, sql_type, _doc in COLUMNS:
+        values.append([getattr(row, name) for row in rows])
+        if name in _TIMES:
+            columns.append(f"make_timestamp(unnest(?::BIGINT[]))::TIMESTAMPTZ AS {name}")
+        elif name == "slots":
+            columns.append(f"unnest(?::VARCHAR[][]) AS {name}")
+        else:
+            columns.append(f"unnest(?::{sql_type}[]) AS {name}")
+    _execute(con, f"CREATE OR REPLACE TEMP TABLE {LIVE_TABLE} AS SELECT {', '.join(columns)}", "the live leases",
+             values)
+
+
+def _timestamp(us: int) -> str:
+    return f"make_timestamp({us})::TIMESTAMPTZ"
+
+
+def _execute(con, query: str, what: str, params: list | None = None) -> None:
+    try:
+        con.execute(query, params)
+    except db.Error as exc:
+        raise ArchiveError(f"{what}: cannot be set up in DuckDB: {db.first_line(exc)}") from None

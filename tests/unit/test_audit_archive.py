@@ -311,3 +311,30 @@ def test_sub_second_instants_and_edges_in_json(capsys, edgy, by, every):
     want = report(capsys, "--snapshot", edgy["all"], *args)
     assert report(capsys, "--snapshot", edgy["live"], "--archive", edgy["archive"], *args) == want
     assert json.loads(want[1])["totals"]["leases"] > 300
+
+
+@pytest.mark.parametrize("every", [None, "week"])
+def test_streamed_levels_are_the_partitioned_ones(monkeypatch, tmp_path, every):
+    """The running levels come from one sort and a streamed sum (breakdown.STREAMED); the partitioned window
+    (breakdown.PARTITIONED, the fallback) gives the same report, and so does a streamed sum that went wrong."""
+    from kubectl_runs.archive import breakdown
+
+    leases = on_edges(history(5, 900, days=120), 5)
+    store.archive(tmp_path, leases, archived_at=AT, before=T0)
+    live = snapshot(*fleet_objects(), *(x for x in leases if not archived(x, T0)))
+    opened = [reader.open_archive(tmp_path)]
+    since = T0 - timedelta(days=100)
+
+    def run_it():
+        if every is None:
+            return plain(archived_audit.audit(live, opened, AT, since=since, until=AT, by=("owner", "node")).report)
+        return plain(archived_audit.audit_periods(live, opened, AT, since=since, until=AT, every=every,
+                                                  by=("owner", "node")).report)
+
+    streamed = run_it()
+    monkeypatch.setattr(breakdown, "STREAMED", breakdown.PARTITIONED)
+    assert run_it() == streamed
+    # a stream out of order (here: by instant only, across keys) makes negative levels: the fallback is taken
+    wrong = breakdown.PARTITIONED.replace("PARTITION BY id ORDER BY t, d ", "ORDER BY t DESC ")
+    monkeypatch.setattr(breakdown, "STREAMED", wrong)
+    assert run_it() == streamed

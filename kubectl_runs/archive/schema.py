@@ -2,7 +2,8 @@
 status field, and the conversions between a row and a ``model.GPULease``, exact both ways (instants in
 microseconds since the epoch, UTC).
 
-No DuckDB here: the rows are plain msgspec records, staged as JSON lines that DuckDB reads into Parquet.
+No DuckDB here: ``Row``/``row_of`` are the row of a lease as plain values, the reference the writer's SQL
+(archive/staging.py, which reads the leases' own JSON lines into rows) is tested against.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ KEY = ("namespace", "name", "uid")  # a lease's identity in the archive: re-arch
 
 
 class Row(msgspec.Struct, frozen=True, gc=False):
-    """One lease as staged for DuckDB (instants as epoch microseconds; DuckDB turns them into timestamps)."""
+    """One lease as an archive row (instants as epoch microseconds): what archive/staging.py's SQL makes of it."""
 
     namespace: str
     name: str

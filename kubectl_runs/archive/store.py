@@ -6,7 +6,8 @@ A run, step by step (``KUBECTL_RUNS_ARCHIVE_CRASH=<step>`` kills the process wit
 the crash tests):
 
 1. ``cleaned``: files of an earlier run that no manifest lists (it was killed) are deleted;
-2. ``staged``: the new rows go to ``.staging/rows.jsonl`` (JSON lines), which DuckDB reads;
+2. ``staged``: the new leases go to ``.staging/leases.jsonl`` (their JSON lines), which DuckDB reads into rows
+   (archive/staging.py);
 3. ``partition``: for each month with leases the archive does not hold yet, the month's file is rewritten
    (old rows + new rows, sorted) under a new name: a temporary file, fsync, rename, fsync of the directory;
 4. ``manifest``: the new manifest replaces the old one atomically — the commit point;
@@ -45,15 +46,13 @@ from .manifest import (
 )
 from .schema import (
     COLUMN_NAMES,
-    COLUMNS,
     PARTITION,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     instant,
-    micros,
     month_of,
-    row_of,
 )
+from .staging import json_columns, select_rows
 
 CRASH_ENV = "KUBECTL_RUNS_ARCHIVE_CRASH"
 STAGING = ".staging"
@@ -149,30 +148,20 @@ def archive(
     removed = remove(strays(directory, manifest), directory)
     crash_point("cleaned")
 
-    rows, open_, later = [], 0, 0
-    limit = None if before is None else micros(before)
-    seen: set[tuple[str, str, str]] = set()
-    for lease in leases:
-        status = lease.status
-        if not status.closed:
-            open_ += 1
-            continue
-        row = row_of(lease)
-        if limit is not None and (row.ended if row.ended is not None else row.start) >= limit:
-            later += 1
-            continue
-        key = (row.namespace, row.name, row.uid)
-        if key in seen:
-            continue
-        seen.add(key)
-        rows.append(row)
+    every = leases if isinstance(leases, (list, tuple)) else list(leases)
+    closed = [lease for lease in every if lease.status.closed]
+    open_ = len(every) - len(closed)
+    later = 0
+    if before is not None:  # ended (or, closed without an end, started) before it
+        kept = [lease for lease in closed if _end_or_start(lease) < before]
+        later, closed = len(closed) - len(kept), kept
 
-    if not rows:
+    if not closed:
         _keep_empty(directory)
         return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
     con = db.connect()
     staging = directory / STAGING
-    staged = _stage(con, staging, rows)
+    staged, rows = _stage(con, staging, closed)
     crash_point("staged")
 
     generation = manifest.generation + 1
@@ -192,7 +181,7 @@ def archive(
         added += fresh
         if old is not None:
             replaced.append(directory / old.file)
-    already = len(rows) - added
+    already = rows - added
     con.close()
     if not rewritten:
         remove([staging], directory)  # ours, of this run: not reported
@@ -226,25 +215,41 @@ def _keep_empty(directory: Path) -> None:
 # --- DuckDB ------------------------------------------------------------------------------------------------------
 
 
-def _stage(con, staging: Path, rows: list) -> list[tuple[str, int]]:
-    """The rows as the table ``staged`` (with their month); returns (month, rows), in order."""
+def _end_or_start(lease: GPULease) -> datetime:
+    ended = lease.status.ended
+    return lease.spec.start if ended is None else ended
+
+
+def _stage(con, staging: Path, leases: list[GPULease]) -> tuple[list[tuple[str, int]], int]:
+    """The leases as the table ``staged`` of the archive's rows, each lease once (by namespace/name/uid, the
+    first given), with their month. Returns ((month, rows) in order, rows).
+
+    The hand-off is the leases' own JSON lines, written by msgspec with no Python step per lease, which
+    DuckDB reads into rows (archive/staging.py). Two leases with one key are rare (a snapshot holds one copy of
+    each object): only then are the leases deduplicated here and staged again."""
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    path = staging / "rows.jsonl"
+    _stage_lines(con, staging / "leases.jsonl", leases)
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT (namespace, name, uid)) FROM staged").fetchone()
+    if distinct != total:
+        first: dict[tuple[str, str, str], GPULease] = {}
+        for lease in leases:
+            meta = lease.metadata
+            first.setdefault((meta.namespace, meta.name, meta.uid), lease)
+        con.execute("DROP TABLE staged")
+        _stage_lines(con, staging / "leases.jsonl", list(first.values()))
+        total = distinct
+    months = con.execute("SELECT month, count(*) FROM staged GROUP BY month ORDER BY month").fetchall()
+    return months, total
+
+
+def _stage_lines(con, path: Path, leases: list[GPULease]) -> None:
     with open(path, "wb") as handle:
         encoder = msgspec.json.Encoder()
-        for i in range(0, len(rows), 50_000):
-            handle.write(encoder.encode_lines(rows[i:i + 50_000]))
-    types = {name: ("BIGINT" if name in ("start", "ended") else sql_type) for name, sql_type, _doc in COLUMNS}
-    spec = "{" + ", ".join(f"{db.quote(name)}: {db.quote(t)}" for name, t in types.items()) + "}"
-    select = ", ".join(
-        f"make_timestamp({name})::TIMESTAMPTZ AS {name}" if name in ("start", "ended") else name for name in COLUMN_NAMES
-    )
-    con.execute(
-        f"CREATE TEMP TABLE staged AS SELECT {select}, strftime(make_timestamp(start), '%Y-%m') AS month "
-        f"FROM read_json({db.quote(path)}, format = 'newline_delimited', columns = {spec})"
-    )
-    return con.execute("SELECT month, count(*) FROM staged GROUP BY month ORDER BY month").fetchall()
+        for i in range(0, len(leases), 50_000):
+            handle.write(encoder.encode_lines(leases[i:i + 50_000]))
+    source = f"read_json({db.quote(path)}, format = 'newline_delimited', columns = {json_columns()})"
+    con.execute(f"CREATE TEMP TABLE staged AS {select_rows(source)}")
 
 
 def _fresh_rows(con, directory: Path, month: str, old: Partition | None) -> int:

@@ -11,7 +11,10 @@ Every measurement runs in a fresh process (its peak RSS is that process's, inter
   --archive` (DuckDB selects the leases that can touch the window; the audit engine counts them, findings
   included), `leases archive --to`;
 * **sql** — DuckDB alone over the archive's files (the queries a site can run, docs/archive.md): what the format
-  allows, not what the command does today.
+  allows, not what the command does;
+* **rows** — the command's own DuckDB part without the findings (archive/relation.py, archive/breakdown.py): the
+  window view over the archive and the snapshot's leases, the rows, totals and peaks (and with ``--every`` the
+  periods), from the snapshot load to the report's rows. The product figure minus this is the findings'.
 
 Archiving 1M leases from a JSON snapshot is measured side by side with the typed decode of that snapshot, in
 the same process, alternated, as bench/run.py measures every command.
@@ -165,12 +168,37 @@ def _archive_vs_decode(snapshot: str, rounds: int) -> dict:
             "ratio": statistics.median(a / d for a, d in zip(archives, decodes, strict=True)), "rss": rss_mb()}
 
 
+def _rows(fleet: str, archive: str, since: str | None = None, every: str | None = None) -> None:
+    """The archive audit's rows, totals and peaks (and periods) by owner, as archive/audit.py computes them,
+    without the findings: the snapshot loaded, the window's view and entries defined, the rows counted."""
+    from kubectl_runs.archive import breakdown, db, reader, relation
+    from kubectl_runs.engine.audit_periods import boundaries
+    from kubectl_runs.sources.files import load_snapshot
+
+    snapshot = load_snapshot([fleet])
+    at = snapshot.taken_at
+    lo = datetime.fromisoformat(since.replace("Z", "+00:00")) if since else at - timedelta(days=30)
+    con = db.connect()
+    try:
+        relation.define(con, [reader.open_archive(archive)], snapshot.leases, lo, at)
+        breakdown.define_entries(con, ("owner",), None)
+        if every is None:
+            breakdown.rows(con, ("owner",), None)
+        else:
+            spans = [(start, min(end, at)) for _label, start, end in boundaries(lo, at, every) if start < min(end, at)]
+            breakdown.period_rows(con, ("owner",), None, every, spans)
+    finally:
+        con.close()
+
+
 JOBS = {
     "audit-30d-owner": ("product", lambda fleet, archive: _audit(fleet, archive, ["--by", "owner"])),
     "audit-full-every-month": ("product", lambda fleet, archive, since: _audit(
         fleet, archive, ["--since", since, "--every", "month", "--by", "owner"])),
     "audit-full-doublebooked": ("product", lambda fleet, archive, since: _audit(fleet, archive, ["--since", since])),
     "audit-one-slot": ("product", lambda fleet, archive, since: _audit(fleet, archive, ["--since", since])),
+    "rows-30d-owner": ("rows", lambda fleet, archive: _rows(fleet, archive)),
+    "rows-full-every-month": ("rows", lambda fleet, archive, since: _rows(fleet, archive, since, "month")),
     "sql-30d-owner-peaks": ("sql", lambda archive, since, until: sql(sql_audit(archive, since, until))),
     "sql-full-gpu-hours": ("sql", lambda archive: sql(
         f"SELECT sum(gpus * (epoch_us(ended) - epoch_us(start))) / 3.6e9, count(*) "
@@ -189,7 +217,17 @@ def child(argv: list[str]) -> None:
     print(json.dumps(result))
 
 
-def in_child(name: str, rounds: int, **args) -> dict:
+def _add(results: list[dict], result: dict | None, history: str) -> None:
+    if result is not None:
+        results.append({**result, "history": history})
+
+
+ONLY: set[str] = set()  # --only: the measurements to run (default: all)
+
+
+def in_child(name: str, rounds: int, **args) -> dict | None:
+    if ONLY and name not in ONLY:
+        return None
     spec = json.dumps({"name": name, "rounds": rounds, "args": args})
     done = subprocess.run([sys.executable, "-m", "bench.bench_archive", "--child", spec], capture_output=True,
                           text=True, cwd=ROOT, check=False)
@@ -267,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--product-limit", type=int, default=1_500_000,
                         help="run the full-history product commands only on histories up to this many leases")
+    parser.add_argument("--only", default="", metavar="NAMES",
+                        help=f"comma-separated measurements to run (of {', '.join(JOBS)}, archive-1m-vs-decode)")
     args = parser.parse_args(argv)
+    ONLY.update(name for name in args.only.split(",") if name)
     results = []
     for label, history in (("history", args.history), ("small", args.small)):
         fleet, archive = f"{history}/fleet.json", f"{history}/archive"
@@ -278,25 +319,29 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         results.append({"name": f"{label}-size", "leases": leases, "bytes": size})
         lo, hi = _window(fleet, 30)
-        results.append({**in_child("audit-30d-owner", args.rounds, fleet=fleet, archive=archive), "history": label})
-        results.append({**in_child("sql-30d-owner-peaks", args.rounds, archive=archive, since=lo, until=hi),
-                        "history": label})
-        results.append({**in_child("sql-full-gpu-hours", args.rounds, archive=archive), "history": label})
-        results.append({**in_child("sql-full-month-owner-peaks", 1, archive=archive), "history": label})
+        _add(results, in_child("audit-30d-owner", args.rounds, fleet=fleet, archive=archive), label)
+        _add(results, in_child("rows-30d-owner", args.rounds, fleet=fleet, archive=archive), label)
+        _add(results, in_child("sql-30d-owner-peaks", args.rounds, archive=archive, since=lo, until=hi), label)
+        _add(results, in_child("rows-full-every-month", 1, fleet=fleet, archive=archive, since=since), label)
+        _add(results, in_child("sql-full-gpu-hours", args.rounds, archive=archive), label)
+        _add(results, in_child("sql-full-month-owner-peaks", 1, archive=archive), label)
         if leases <= args.product_limit:
-            results.append({**in_child("audit-full-every-month", 1, fleet=fleet, archive=archive, since=since),
-                            "history": label})
-            results.append({**in_child("audit-full-doublebooked", 1, fleet=fleet, archive=archive, since=since),
-                            "history": label})
-            results.append({**in_child("sql-doublebooked", 1, archive=archive), "history": label})
+            _add(results, in_child("audit-full-every-month", 1, fleet=fleet, archive=archive, since=since),
+                 label)
+            _add(results, in_child("audit-full-doublebooked", 1, fleet=fleet, archive=archive, since=since),
+                 label)
+            _add(results, in_child("sql-doublebooked", 1, archive=archive), label)
     scratch = Path(tempfile.mkdtemp(prefix="bench-archive-"))
     try:
-        fleet, archive, since = one_slot_archive(scratch / "one-slot", 100_000)
-        results.append({**in_child("audit-one-slot", args.rounds, fleet=fleet, archive=archive, since=since),
-                        "history": "one slot, 100,000 leases"})
-        snapshot = snapshot_of(args.small, scratch)
-        print(f"snapshot of {args.small}: {os.path.getsize(snapshot) / 1e6:,.0f} MB", file=sys.stderr, flush=True)
-        results.append({**in_child("archive-1m-vs-decode", args.rounds, snapshot=snapshot), "history": "small"})
+        if not ONLY or "audit-one-slot" in ONLY:
+            fleet, archive, since = one_slot_archive(scratch / "one-slot", 100_000)
+            _add(results, in_child("audit-one-slot", args.rounds, fleet=fleet, archive=archive, since=since),
+                 "one slot, 100,000 leases")
+        if not ONLY or "archive-1m-vs-decode" in ONLY:
+            snapshot = snapshot_of(args.small, scratch)
+            print(f"snapshot of {args.small}: {os.path.getsize(snapshot) / 1e6:,.0f} MB", file=sys.stderr,
+                  flush=True)
+            _add(results, in_child("archive-1m-vs-decode", args.rounds, snapshot=snapshot), "small")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(results, indent=1))

@@ -28,14 +28,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import mul, sub
+from operator import mul
 
 from ..model import Snapshot
 from ..timeutil import rfc3339
 from . import reports
 from .audit_findings import RUN_GONE_REASONS, envelope_findings, ledger_findings, payers, run_findings
 from .audit_slots import NODE_GONE_REASONS, slot_findings
-from .audit_window import Window, clip, gpu_seconds, group_indices, key_peaks, node_entries, peak, split_slot
+from .audit_window import (
+    Window,
+    clip,
+    gpu_seconds,
+    group_indices,
+    held_micros,
+    key_peaks,
+    node_entries,
+    peak,
+    seconds_of,
+    split_slot,
+)
 from .findings import Finding, sort_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
@@ -134,10 +145,8 @@ def _audit(
     namespace: str | None,
     ledger_at_starts: bool,
 ) -> AuditReport:
-    notes: list[str] = []
+    notes = window_notes(at, until)
     hi_at = min(until, at)
-    if until > at:
-        notes.append(f"--until is after the evaluation time {rfc3339(at)}: GPU-hours are counted up to it")
     win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     rows, total_seconds, total_leases = _counted(win, by, namespace)
 
@@ -154,6 +163,13 @@ def _audit(
         ledger_instants=instants,
         notes=notes,
     )
+
+
+def window_notes(at: datetime, until: datetime) -> list[str]:
+    """The notes of an audit whose window ends after the evaluation time."""
+    if until > at:
+        return [f"--until is after the evaluation time {rfc3339(at)}: GPU-hours are counted up to it"]
+    return []
 
 
 def window_findings(
@@ -240,22 +256,23 @@ def _rows(win: Window, by: tuple[str, ...], selected: list[int] | None) -> list[
         columns.insert(node_at, node_keys)
         starts = list(map(win.starts.__getitem__, lease_of))
         ends = list(map(win.ends.__getitem__, lease_of))
-        seconds = list(map(mul, weights, map(sub, ends, starts)))
+        micros = list(map(mul, weights, held_micros(starts, ends)))
     elif selected is not None:
         weights = list(map(win.gpus.__getitem__, index))
         starts = list(map(win.starts.__getitem__, index))
         ends = list(map(win.ends.__getitem__, index))
-        seconds = list(map(win.gpu_seconds().__getitem__, index))
+        micros = list(map(win.gpu_micros().__getitem__, index))
     else:
-        weights, starts, ends, seconds = win.gpus, win.starts, win.ends, win.gpu_seconds()
+        weights, starts, ends, micros = win.gpus, win.starts, win.ends, win.gpu_micros()
     single = len(columns) == 1
     keys: list = columns[0] if single else list(zip(*columns, strict=True))
     groups = group_indices(keys)
     peaks = key_peaks(keys, groups, starts, ends, weights)
     rows = []
     for key, idx in groups.items():
-        total = sum(seconds) if len(idx) == len(seconds) else sum(map(seconds.__getitem__, idx))
-        rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=total, leases=len(idx), peak_gpus=peaks[key]))
+        total = sum(micros) if len(idx) == len(micros) else sum(map(micros.__getitem__, idx))
+        rows.append(AuditRow(key=(key,) if single else key, gpu_seconds=seconds_of(total), leases=len(idx),
+                             peak_gpus=peaks[key]))
     rows.sort(key=lambda r: (-r.gpu_seconds, r.key))
     return rows
 

@@ -42,11 +42,11 @@ class Window:
             found = self._columns[name] = list(map(_GETTERS[name], self.specs))
         return found
 
-    def gpu_seconds(self) -> list[float]:
-        """Slots × seconds held inside the window, per lease."""
-        found = self._columns.get("gpu_seconds")
+    def gpu_micros(self) -> list[int]:
+        """Slots × whole microseconds held inside the window, per lease (``held_micros``)."""
+        found = self._columns.get("gpu_micros")
         if found is None:
-            found = self._columns["gpu_seconds"] = list(map(mul, self.gpus, map(sub, self.ends, self.starts)))
+            found = self._columns["gpu_micros"] = list(map(mul, self.gpus, held_micros(self.starts, self.ends)))
         return found
 
     def slot_lists(self) -> tuple[list[int], dict[int, list[int]]]:
@@ -151,12 +151,26 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     return win
 
 
+def held_micros(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
+    """Whole microseconds from each start to its end, exactly. Instants are whole microseconds (datetime's
+    resolution) and their epoch seconds as floats lie within a quarter of a microsecond of them (half a
+    microsecond of float spacing near 2^31 s, until 2106), so the rounded difference is the exact one: GPU-time is
+    summed as integers, the same in any order and on any Python (3.12's ``sum`` of floats is compensated, 3.11's
+    is not), and the same as the archive's SQL sums of epoch microseconds (archive/breakdown.py)."""
+    return list(map(round, map(mul, map(sub, ends, starts), repeat(1e6))))
+
+
+def seconds_of(micros: int) -> float:
+    """GPU-seconds reported from exact GPU-microseconds: one correctly rounded division (int / int)."""
+    return micros / 1_000_000
+
+
 def gpu_seconds(win: Window, idx: Sequence[int] | None = None) -> float:
-    """Σ slots × seconds held inside the window, over ``idx`` (default: every window lease)."""
-    seconds = win.gpu_seconds()
+    """Σ slots × seconds held inside the window, over ``idx`` (default: every window lease), summed exactly."""
+    micros = win.gpu_micros()
     if idx is None:
-        return sum(seconds)
-    return sum(map(seconds.__getitem__, idx))
+        return seconds_of(sum(micros))
+    return seconds_of(sum(map(micros.__getitem__, idx)))
 
 
 # --- peaks ------------------------------------------------------------------------------------------------
@@ -233,9 +247,9 @@ def group_indices(keys: Iterable) -> dict:
 
 
 def split_slot(slot: str) -> tuple[str, int | None]:
-    """``gpu-a-01#3`` -> (``gpu-a-01``, 3); a slot without a valid ``#ordinal`` -> (slot, None)."""
+    """``gpu-a-01#3`` -> (``gpu-a-01``, 3); a slot without a valid ``#ordinal`` (ASCII digits) -> (slot, None)."""
     node, sep, ordinal = slot.rpartition("#")
-    if not sep or not ordinal.isdigit():
+    if not sep or not (ordinal.isascii() and ordinal.isdigit()):
         return slot, None
     return node, int(ordinal)
 

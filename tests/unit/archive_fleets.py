@@ -57,3 +57,37 @@ def fleet_objects() -> list:
                            envelopes=[envelope("west", concurrency=24, start=T0 - timedelta(days=200),
                                                end=T0 + timedelta(days=200))]),
             run("r0", "team"), run("r1", "team"), run("r2", "sub")]
+
+
+def on_edges(leases: list, seed: int) -> list:
+    """``leases`` with some instants moved onto the edges of periods (midnight, Monday, the 1st of the month, UTC)
+    and others given microseconds, keeping each lease's order of start and end: the cases where clipping to a
+    window or a period, half-open intervals and exact sums can go wrong."""
+    import msgspec
+
+    rng = random.Random(seed)
+    out = []
+    for item in leases:
+        spec, status = item.spec, item.status
+        start, ended = spec.start, status.ended
+        pick = rng.random()
+        if pick < 0.15:
+            start = start.replace(hour=0, minute=0, second=0, microsecond=0)
+        elif pick < 0.25:
+            start = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        elif pick < 0.45:
+            start = start.replace(microsecond=rng.randrange(1, 1_000_000))
+        if ended is not None:
+            pick = rng.random()
+            if pick < 0.2:
+                ended = (ended + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+            elif pick < 0.3:
+                ended = ended - timedelta(days=ended.weekday()) + timedelta(days=7)
+                ended = ended.replace(hour=0, minute=0, second=0, microsecond=0)
+            elif pick < 0.5:
+                ended = ended.replace(microsecond=rng.randrange(0, 1_000_000))
+            if ended < start:
+                ended = start
+        out.append(msgspec.structs.replace(item, spec=msgspec.structs.replace(spec, start=start),
+                                           status=msgspec.structs.replace(status, ended=ended)))
+    return out

@@ -14,13 +14,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from archive_fleets import fleet_objects, history
+from archive_fleets import fleet_objects, history, on_edges
 from builders import T0, run_cli, snapshot, write_fleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kubectl_runs.archive import audit as archived_audit
 from kubectl_runs.archive import reader, store
 from kubectl_runs.engine.audit import audit
+from kubectl_runs.engine.audit_periods import audit_periods
+from kubectl_runs.engine.capacity import fleet_gpus
 from kubectl_runs.engine.reports import plain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +41,11 @@ def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet")
     everything = write_fleet(base / "all.yaml", [*fleet_objects(), *LEASES])
     live = write_fleet(base / "live.yaml", [*fleet_objects(), *(x for x in LEASES if not archived(x))])
-    store.archive(base / "archive", LEASES, archived_at=AT, before=CUT)
+    # the archive runs record the fleet's GPUs as the snapshot has them: --every's capacity is then the same
+    gpus = fleet_gpus(snapshot(*fleet_objects()))
+    store.archive(base / "archive", LEASES, archived_at=AT, before=CUT, gpus=gpus)
     # two archives that overlap: everything that ended 70 days before T0, and everything that ended before CUT
-    store.archive(base / "older", LEASES, archived_at=AT, before=T0 - timedelta(days=70))
+    store.archive(base / "older", LEASES, archived_at=AT, before=T0 - timedelta(days=70), gpus=gpus)
     return {"all": everything, "live": live, "archive": str(base / "archive"), "older": str(base / "older")}
 
 
@@ -57,7 +62,8 @@ WINDOWS = {
     "whole": ["--since", (T0 - timedelta(days=200)).isoformat()],
     "default": [],
 }
-BYS = [["owner"], ["envelope"], ["flavor"], ["run"], ["node"], ["owner", "flavor"]]
+BYS = [["owner"], ["envelope"], ["flavor"], ["run"], ["node"], ["owner", "flavor"], ["node", "envelope"],
+       ["owner", "node", "run"]]
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
@@ -184,3 +190,96 @@ def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span
     merged = reader.with_archived(live, [reader.open_archive(directory)], since, min(until, AT))
     got = audit(merged, AT, since=since, until=until, by=by)
     assert plain(got.report) == plain(want.report)
+
+
+@pytest.mark.parametrize("window", ["inside", "across", "after", "whole"])
+@pytest.mark.parametrize("every", ["day", "week", "month"])
+@pytest.mark.parametrize("by", [["owner"], ["node"], ["envelope", "flavor"], ["run", "node"]],
+                         ids=["owner", "node", "envelope-flavor", "run-node"])
+def test_every_period(capsys, fleet, window, every, by):
+    """--every: the period rows (GPU-hours, leases, peaks, shares, utilization) and the periods' totals."""
+    args = [*WINDOWS[window], "--every", every, *(x for b in by for x in ("--by", b))]
+    want = report(capsys, "--snapshot", fleet["all"], *args)
+    got = report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], *args)
+    assert got == want
+    data = json.loads(want[1])
+    assert data["rows"] and len(data["periods"]) > 1
+    assert any(p["utilization"] for p in data["periods"])
+    table = run_cli(capsys, "leases", "audit", "--at", AT.isoformat(), "--snapshot", fleet["all"], *args)
+    assert run_cli(capsys, "leases", "audit", "--at", AT.isoformat(), "--snapshot", fleet["live"],
+                   "--archive", fleet["archive"], *args) == table
+
+
+@pytest.mark.parametrize("every", [None, "week"])
+@pytest.mark.parametrize("namespace", ["team", "sub", "nowhere"])
+def test_a_namespace_by_node(capsys, fleet, namespace, every):
+    args = ["-n", namespace, *WINDOWS["whole"], "--by", "node", "--by", "owner",
+            *(["--every", every] if every else [])]
+    want = report(capsys, "--snapshot", fleet["all"], *args)
+    assert report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], *args) == want
+
+
+BY_SQL = [("owner",), ("node",), ("run", "flavor"), ("envelope",), ("flavor", "node"), ("node", "owner", "envelope")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), count=st.integers(0, 90), cut_days=st.integers(-130, 40),
+       lo_days=st.integers(-160, 40), span_days=st.integers(1, 160), by=st.sampled_from(BY_SQL),
+       namespace=st.sampled_from([None, "team", "ext"]), every=st.sampled_from([None, "day", "week", "month"]),
+       still_live=st.booleans(), at_days=st.integers(-20, 40))
+def test_sql_path_is_the_engine(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by, namespace, every,
+                                still_live, at_days):
+    """The archive's DuckDB path against the engine on one snapshot of every lease: random histories with instants
+    on period edges and with microseconds, windows inside, across and outside the archive and past the
+    evaluation time, leases both live and archived, every dimension, -n, --every."""
+    leases = on_edges(history(seed, count, days=120), seed)
+    at = T0 + timedelta(days=at_days)
+    cut = min(T0 + timedelta(days=cut_days), at)
+    directory = tmp_path_factory.mktemp("h")
+    store.archive(directory, leases, archived_at=at, before=cut)
+    by_name = lambda x: (x.metadata.namespace, x.metadata.name)  # noqa: E731
+    everything = snapshot(*fleet_objects(), *sorted(leases, key=by_name))
+    live = snapshot(*fleet_objects(), *sorted(leases if still_live else (x for x in leases if not archived(x, cut)),
+                                              key=by_name))
+    opened = [reader.open_archive(directory)]
+    since = T0 + timedelta(days=lo_days)
+    until = since + timedelta(days=span_days)
+    if every is None:
+        want = audit(everything, at, since=since, until=until, by=by, namespace=namespace)
+        got = archived_audit.audit(live, opened, at, since=since, until=until, by=by, namespace=namespace)
+    else:
+        capacity = [(run.archived_at, run.gpus) for run in opened[0].manifest.runs]
+        present = {"H100": 48}
+        want = audit_periods(everything, at, since=since, until=until, every=every, by=by, namespace=namespace,
+                             capacity=capacity, present=present)
+        got = archived_audit.audit_periods(live, opened, at, since=since, until=until, every=every, by=by,
+                                           namespace=namespace, capacity=capacity, present=present)
+        assert [(p.label, p.start, p.end) for p in got.periods] == [(p.label, p.start, p.end) for p in want.periods]
+        want, got = want, got
+    assert plain(got.report) == plain(want.report)
+    whole_got, whole_want = (got, want) if every is None else (got.audit, want.audit)
+    assert whole_got.rows == whole_want.rows
+    assert whole_got.notes == whole_want.notes
+
+
+def test_sums_are_exact_in_any_order():
+    """GPU-time is summed in whole microseconds: the report of the same leases in another order is the same, to
+    the last bit, with instants that are not whole seconds (float sums would differ in the last place)."""
+    import random
+
+    leases = on_edges(history(3, 400, days=60), 3)
+    since, until = T0 - timedelta(days=60), T0 + timedelta(days=30)
+    reports = []
+    for order in range(4):
+        shuffled = list(leases)
+        random.Random(order).shuffle(shuffled)
+        got = audit(snapshot(*fleet_objects(), *shuffled), AT, since=since, until=until, by=("owner",))
+        reports.append(([(r.key, r.gpu_seconds) for r in got.rows], got.total_gpu_seconds))
+    assert all(r == reports[0] for r in reports)
+    total_us = sum(
+        len(x.spec.slice.slots) * ((min(x.status.ended, until) if x.status.closed else min(until, AT))
+                                   - max(x.spec.start, since)) // timedelta(microseconds=1)
+        for x in leases
+        if x.spec.start < min(until, AT) and (not x.status.closed or (x.status.ended is not None
+                                                                      and since < x.status.ended > x.spec.start)))
+    assert reports[0][1] == total_us / 1_000_000

@@ -1,0 +1,209 @@
+"""The audit's breakdown in DuckDB, over the view ``audit_leases`` (archive/relation.py): per key of the ``--by``
+dimensions the GPU-time, the leases and the peak of GPUs held at one instant, the totals, and the same per
+calendar period for ``--every`` — the values engine/audit.py (``_rows``, ``_counted``) and
+engine/audit_periods.py compute from records, computed without a Python object per lease.
+
+Equal to the engine's, exactly:
+
+* **entries** are leases, or (lease, node) pairs with ``--by node`` (a lease's slots grouped by the node before
+  the last ``#`` of each slot, as ``audit_window.split_slot``; weight = its slots on that node; a lease without
+  slots has no entry); ``-n`` keeps the leases of that namespace only;
+* **GPU-time** is Σ weight × (held_until − held_from) in integer microseconds — exact in any order, as the
+  engine sums it (``audit_window.held_micros``); both report ``seconds_of(µs)``, so the floats and their rounding
+  are the same;
+* **peaks**: intervals are half-open (an entry ending at an instant does not count with one starting then). The
+  events of each key are netted per instant (+weight at ``held_from``, −weight at ``held_until``) and summed in
+  instant order: the peak is the largest running level — the engine's sweep puts ends before starts at one
+  instant, and its in-between levels never exceed the levels before and after;
+* **periods**: one sweep over the whole window, not one per period. Each entry is clipped to every period it
+  touches (rows, GPU-time, leases); a key's peak in a period is the larger of the GPUs its entries that began
+  before the period hold at its start and its levels at the events in the period (its starts, and anything
+  after the start instant).
+
+Keys come back to Python as rows (one per key, or per period and key), sorted there as the engine sorts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from ..engine.audit import ENVELOPE, FLAVOR, NO_ENVELOPE, NODE, OWNER, RUN, AuditRow
+from ..engine.audit_periods import DAY, MONTH
+from ..engine.audit_window import seconds_of
+from . import db
+from .manifest import ArchiveError
+from .relation import VIEW
+from .schema import micros
+
+ENTRIES = "audit_entries"  # temp table: one row per entry: its key's id, weight w, held_from f, held_until u
+KEYS = "audit_keys"  # temp table: id -> the key (k0, k1, … in --by order)
+PERIODS = "audit_periods"  # temp table: the periods (i, ps, pe) clipped to the window
+
+_DAY = 86_400_000_000
+_WEEK = 7 * _DAY
+_DAY_OFFSET = 1_000_000 * _DAY  # instants before 1970 still divide down (DuckDB's // truncates toward zero)
+_WEEK_OFFSET = 100_000 * _WEEK + 3 * _DAY  # ISO weeks start on Monday; 1970-01-01 was a Thursday
+
+# The key of each dimension, as engine/audit.py ``_dimension`` and ``node_entries`` make it.
+_KEYS = {
+    OWNER: "owner",
+    FLAVOR: "flavor",
+    RUN: "run_namespace || '/' || run_name",
+    ENVELOPE: (f"CASE WHEN paid_by_budget IS NULL THEN '{NO_ENVELOPE}' "
+               f"ELSE payer_namespace || '/' || paid_by_budget || '/' || paid_by_envelope END"),
+}
+# split_slot: the node before the last '#' when an ordinal (ASCII digits) follows it, else the whole slot
+_NODE_OF = "CASE WHEN regexp_matches(s, '#[0-9]+$') THEN regexp_extract(s, '^(.*)#[0-9]+$', 1) ELSE s END"
+
+# Each key's level (GPUs held) after each of its events: +w at held_from, −w at held_until, summed in instant order,
+# ends before starts at one instant (the intervals are half-open). The levels between the events of one instant
+# never exceed the levels before and after it. Summed as DOUBLE: exact for integers (below 2^53), and DuckDB's
+# running sum of doubles is several times faster than of its 128-bit integers.
+_LEVELS = f"""
+ev AS (SELECT id, f AS t, w AS d FROM {ENTRIES} UNION ALL SELECT id, u AS t, -w AS d FROM {ENTRIES}),
+lv AS (SELECT id, t, d, sum(d::DOUBLE) OVER (PARTITION BY id ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS level FROM ev)"""
+
+
+def _where(namespace: str | None) -> str:
+    return "" if namespace is None else f" WHERE namespace = {db.quote(namespace)}"
+
+
+def define_entries(con, by: Sequence[str], namespace: str | None) -> None:
+    """The temp tables ``audit_keys`` and ``audit_entries``: one row per entry of the window (module docstring),
+    its key as a small integer (sorting and partitioning by it is cheaper than by strings)."""
+    names = ", ".join(f"k{i}" for i in range(len(by)))
+    keys = [f"{'node' if dim == NODE else _KEYS[dim]} AS k{i}" for i, dim in enumerate(by)]
+    if NODE in by:
+        source = (f"SELECT *, e.key AS node, e.value::INTEGER AS w FROM (SELECT *, unnest(map_entries(list_aggregate("
+                  f"list_transform(slots, lambda s: {_NODE_OF}), 'histogram'))) AS e FROM {VIEW}{_where(namespace)})")
+    else:
+        source = f"SELECT *, gpus AS w FROM {VIEW}{_where(namespace)}"
+    run(con, f"CREATE OR REPLACE TEMP TABLE audit_raw AS SELECT {', '.join(keys)}, w, held_from_us AS f, "
+             f"held_until_us AS u FROM ({source})")
+    run(con, f"CREATE OR REPLACE TEMP TABLE {KEYS} AS SELECT (row_number() OVER ())::INTEGER AS id, {names} "
+             f"FROM (SELECT DISTINCT {names} FROM audit_raw)")
+    run(con, f"CREATE OR REPLACE TEMP TABLE {ENTRIES} AS SELECT id, w, f, u FROM audit_raw JOIN {KEYS} USING ({names})")
+    run(con, "DROP TABLE audit_raw")
+
+
+def _key_of(con, width: int) -> dict[int, tuple]:
+    return {r[0]: tuple(r[1:]) for r in run(con, f"SELECT * FROM {KEYS}")} if width else {}
+
+
+def rows(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow], int, int]:
+    """The window's rows (sorted as the engine sorts them), its GPU-microseconds and its leases (of ``namespace``
+    only, when given). ``define_entries`` first."""
+    found = run(con, f"""
+WITH {_LEVELS},
+pk AS (SELECT id, max(level) AS peak FROM lv GROUP BY id),
+used AS (SELECT id, sum(w * (u - f)::HUGEINT) AS us, count(*) AS leases FROM {ENTRIES} GROUP BY id)
+SELECT id, us, leases, peak FROM used JOIN pk USING (id)""")
+    key_of = _key_of(con, len(by))
+    out = _audit_rows([(key_of[i], int(us), leases, int(peak)) for i, us, leases, peak in found])
+    if NODE in by:  # a lease on two nodes is two entries: the totals count leases
+        total, count = lease_totals(con, namespace)
+    else:
+        total, count = sum(int(r[1]) for r in found), sum(r[2] for r in found)
+    return out, total, count
+
+
+def lease_totals(con, namespace: str | None) -> tuple[int, int]:
+    """GPU-microseconds and leases of the window (of ``namespace`` only, when given)."""
+    us, count = run(con, f"SELECT coalesce(sum(gpus * (held_until_us - held_from_us)::HUGEINT), 0), count(*) "
+                         f"FROM {VIEW}{_where(namespace)}")[0]
+    return int(us), count
+
+
+def _audit_rows(found: list[tuple]) -> list[AuditRow]:
+    """(key, GPU-µs, leases, peak) -> AuditRows, sorted as engine/audit.py sorts them."""
+    out = [AuditRow(key=key, gpu_seconds=seconds_of(us), leases=leases, peak_gpus=peak) for key, us, leases, peak in found]
+    out.sort(key=lambda r: (-r.gpu_seconds, r.key))
+    return out
+
+
+# --- periods --------------------------------------------------------------------------------------------------
+
+
+def period_index(every: str, at: datetime) -> int:
+    """The calendar period holding ``at``, numbered as ``_index_sql`` numbers them."""
+    if every == MONTH:
+        at = at.astimezone(UTC)
+        return at.year * 12 + at.month
+    us = micros(at)
+    return (us + _DAY_OFFSET) // _DAY if every == DAY else (us + _WEEK_OFFSET) // _WEEK
+
+
+def _index_sql(every: str, t: str) -> str:
+    if every == MONTH:
+        return f"(year(make_timestamp({t})) * 12 + month(make_timestamp({t})))"
+    if every == DAY:
+        return f"(({t} + {_DAY_OFFSET}) // {_DAY})"
+    return f"(({t} + {_WEEK_OFFSET}) // {_WEEK})"
+
+
+def period_rows(con, by: Sequence[str], namespace: str | None, every: str,
+                spans: Sequence[tuple[datetime, datetime]]) -> tuple[list[AuditRow], list[tuple[list[AuditRow], int, int]]]:
+    """The window's rows, and per span (a period clipped to the window: ``[start, end)``, consecutive, in order)
+    its rows, its GPU-microseconds and its leases, from one sweep. ``define_entries`` first; ``spans`` cover the
+    window (the whole window's peaks are the largest of its periods')."""
+    table = [(period_index(every, lo), micros(lo), micros(hi)) for lo, hi in spans]
+    if len({i for i, _lo, _hi in table}) != len(table):
+        raise ValueError("spans: one per calendar period")
+    run(con, f"CREATE OR REPLACE TEMP TABLE {PERIODS} AS SELECT unnest(?::BIGINT[]) AS i, "
+             f"unnest(?::BIGINT[]) AS ps, unnest(?::BIGINT[]) AS pe",
+        [[i for i, _, _ in table], [lo for _, lo, _ in table], [hi for _, _, hi in table]])
+    # Per period and key: GPU-µs, leases, and the peak: the larger of the level at the period's start without
+    # its starts (the entries that began before it: "base") and the levels at its events, leaving out the ends at
+    # its start instant (entries that ended when it began: between two of them the level is not one of the period's).
+    found = run(con, f"""
+WITH {_LEVELS},
+r AS (SELECT i, id, sum(w * (least(u, pe) - greatest(f, ps))::HUGEINT) AS us, count(*) AS leases,
+             coalesce(sum(w) FILTER (WHERE f < ps), 0) AS base
+      FROM (SELECT *, unnest(range({_index_sql(every, 'f')}, {_index_sql(every, 'u - 1')} + 1)) AS i
+            FROM {ENTRIES}) JOIN {PERIODS} USING (i)
+      GROUP BY i, id),
+ag AS (SELECT i, id, max(level) FILTER (WHERE t > ps OR d > 0) AS inside
+       FROM (SELECT id, t, d, level, {_index_sql(every, 't')} AS i FROM lv) JOIN {PERIODS} USING (i) GROUP BY i, id)
+SELECT i, id, us, leases, greatest(base, coalesce(inside, 0)) AS peak FROM r LEFT JOIN ag USING (i, id)""")
+    key_of = _key_of(con, len(by))
+    per: dict[int, list[tuple]] = {}
+    whole: dict[int, list[int]] = {}  # id -> [GPU-µs, peak]
+    for i, key_id, us, leases, peak in found:
+        us, peak = int(us), int(peak)
+        per.setdefault(i, []).append((key_of[key_id], us, leases, peak))
+        seen = whole.get(key_id)
+        if seen is None:
+            whole[key_id] = [us, peak]
+        else:
+            seen[0] += us
+            seen[1] = max(seen[1], peak)
+    counts = dict(run(con, f"SELECT id, count(*) FROM {ENTRIES} GROUP BY id"))
+    window = _audit_rows([(key_of[k], us, counts[k], peak) for k, (us, peak) in whole.items()])
+    totals = _lease_period_totals(con, namespace, every) if NODE in by else {}
+    out = []
+    for i, _lo, _hi in table:
+        got = per.get(i, [])
+        if NODE in by:
+            total, count = totals.get(i, (0, 0))
+        else:
+            total, count = sum(r[1] for r in got), sum(r[2] for r in got)
+        out.append((_audit_rows(got), total, count))
+    return window, out
+
+
+def _lease_period_totals(con, namespace: str | None, every: str) -> dict[int, tuple[int, int]]:
+    found = run(con, f"""
+SELECT i, sum(gpus * (least(held_until_us, pe) - greatest(held_from_us, ps))::HUGEINT), count(*)
+FROM (SELECT gpus, held_from_us, held_until_us,
+             unnest(range({_index_sql(every, 'held_from_us')}, {_index_sql(every, 'held_until_us - 1')} + 1)) AS i
+      FROM {VIEW}{_where(namespace)}) JOIN {PERIODS} USING (i) GROUP BY i""")
+    return {i: (int(us), count) for i, us, count in found}
+
+
+def run(con, query: str, params: list | None = None) -> list[tuple]:
+    """Run one query of the audit; DuckDB's errors (an unreadable file, no memory) as one line."""
+    try:
+        return con.execute(query, params).fetchall()
+    except db.Error as exc:
+        raise ArchiveError(f"the archived leases: cannot be counted: {db.first_line(exc)}") from None

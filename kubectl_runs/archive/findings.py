@@ -1,15 +1,14 @@
 """The findings of ``leases audit --archive`` over the audit window's DuckDB view (archive/relation.py): the same
 findings as the JSON path on the same leases, without a Python object per archived lease.
 
-Every kind of finding depends on a small part of the window that SQL can find (engine/audit.py
-``window_findings``), so DuckDB selects that part and the unchanged engine runs on it alone:
+``DoubleBooked`` is computed in SQL; every other kind depends on a small part of the window that SQL can find
+(engine/audit.py ``window_findings``), so DuckDB selects that part and the unchanged engine runs on it alone:
 
-* ``DoubleBooked``: a sweep per slot (in order of start, a lease that starts before the previous lease's end
-  clashes; half-open intervals) names the slots held twice at one instant, and every lease holding one of them
-  is taken. A finding is an episode of the slots of one node held by exactly the same slot lists (an atom,
-  engine/audit_slots.py); a slot in the atom of a clashing slot is held by all of that slot's leases, so it
-  clashes too and all its leases are taken: the atoms that have episodes are the same as in the whole window,
-  with the same leases, and leaving out leases elsewhere cannot add an overlap;
+* ``DoubleBooked`` (``double_booked_findings``): a sweep per slot hash (in order of start,
+  a lease that starts before the previous lease's end clashes; half-open intervals) names the slots held twice
+  at one instant, and only their rows are swept again for the episodes (engine/audit_slots.py ``_episodes``),
+  grouped per node as the engine groups them and said by the engine's ``double_booked`` — no lease is rebuilt,
+  so 100,000 leases piled on one slot cost one query;
 * ``UnknownNode``, ``UnknownRun``, ``UnknownEnvelope`` are findings of one lease each: the leases holding a
   slot the snapshot's nodes do not have, naming a run it does not have (unless closed as the run went away),
   or charged to an envelope it does not have;
@@ -33,9 +32,9 @@ from datetime import datetime
 from ..engine.accounting import BORROWED, lends_to, relation
 from ..engine.audit import window_findings
 from ..engine.audit_findings import RUN_GONE_REASONS
-from ..engine.audit_slots import NO_NODES_NOTE
+from ..engine.audit_slots import NO_NODES_NOTE, double_booked
 from ..engine.audit_window import Window, clip, split_slot
-from ..engine.findings import Finding
+from ..engine.findings import Finding, sort_findings
 from ..model import GPULease, Snapshot
 from . import db
 from .manifest import ArchiveError
@@ -46,6 +45,7 @@ _RUNS = "audit_findings_runs"
 _PAYERS = "audit_findings_payers"
 _PEAKS = "audit_findings_peak_members"
 _SLOTS = "audit_findings_slots"
+_CLASH = "audit_findings_clashing_slots"
 
 EnvelopeKey = tuple[str, str, str]
 
@@ -57,33 +57,36 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     ``window_findings``, with the number of ledger instants; the notes the engine adds go into ``notes``.
     ``snapshot`` gives the nodes, runs and budgets, and the live leases (their rows in the view are the live
     copies)."""
-    part, in_window = _part(con, view, snapshot, since, hi_at, ledger_at_starts)
+    lo_us, hi_us = micros(since), micros(hi_at)
+    groups = _query(con, f"SELECT payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), "
+                         f"sum(len(slots)), min(held_from_us), max(held_until_us) FROM {view} GROUP BY ALL")
+    in_window = sum(row[4] for row in groups)
+    part: list[GPULease] = []
+    found: list[Finding] = []
+    if in_window:
+        slots, clashing = _slots(con, view, snapshot)
+        found = double_booked_findings(con, view, clashing)
+        if namespace is not None:
+            found = [f for f in found if f.namespace == namespace]
+        payers = _unknown_payers(snapshot, groups)
+        if ledger_at_starts:
+            payers += _suspect_payers(con, view, snapshot, groups, lo_us, hi_us)
+        part = _part(con, view, snapshot, hi_us, slots, _runs_to_take(con, view, snapshot), payers)
     sub = replace(snapshot, leases=tuple(part))
     win = clip(sub.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     said: list[str] = []
-    found, instants = window_findings(sub, win, since, hi_at, namespace, ledger_at_starts, said)
+    others, instants = window_findings(sub, win, since, hi_at, namespace, ledger_at_starts, said, double_booked=False)
     if in_window and not snapshot.nodes and NO_NODES_NOTE not in said:
         said.append(NO_NODES_NOTE)  # the engine says it when the window has leases, not only the part taken
     if notes is not None:
         notes.extend(said)
-    return found, instants
+    return sort_findings([*found, *others]), instants
 
 
-def _part(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetime,
-          ledger_at_starts: bool) -> tuple[list[GPULease], int]:
-    """The leases of the window the findings depend on (module docstring), in the order of a loaded snapshot
-    (namespace, name; a live lease before an archived one), and how many leases the window has."""
-    lo_us, hi_us = micros(since), micros(hi_at)
-    groups = _query(con, f"SELECT payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), sum(len(slots)), "
-                         f"min(held_from_us), max(held_until_us) FROM {view} GROUP BY ALL")
-    in_window = sum(row[4] for row in groups)
-    if not in_window:
-        return [], 0
-    slots = _slots_to_take(con, view, snapshot)
-    runs = _runs_to_take(con, view, snapshot)
-    payers = _unknown_payers(snapshot, groups)
-    if ledger_at_starts:
-        payers += _suspect_payers(con, view, snapshot, groups, lo_us, hi_us)
+def _part(con, view: str, snapshot: Snapshot, hi_us: int, slots: set[str], runs: list[tuple[str, str]],
+          payers: list[EnvelopeKey]) -> list[GPULease]:
+    """The leases of the window the findings other than ``DoubleBooked`` depend on (module docstring), in the
+    order of a loaded snapshot (namespace, name; a live lease before an archived one)."""
     _register(con, _RUNS, ("ref_namespace", "ref_name"), runs)
     _register(con, _PAYERS, ("key_namespace", "key_budget", "key_envelope"), payers)
     _register(con, _SLOTS, ("take_slot",), [(slot,) for slot in sorted(slots)])
@@ -103,7 +106,7 @@ def _part(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetime,
         f"OR (ref_namespace IS NOT NULL AND (NOT closed OR closure_reason IS NULL OR closure_reason NOT IN ({gone})))"
         + (" OR on_namespace IS NOT NULL" if slots else ""),
     )
-    return _leases(snapshot, rows), in_window
+    return _leases(snapshot, rows)
 
 
 def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
@@ -122,26 +125,67 @@ def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
 # --- slots: DoubleBooked, UnknownNode ----------------------------------------------------------------------
 
 
-def _slots_to_take(con, view: str, snapshot: Snapshot) -> set[str]:
-    """Every slot held twice at one instant, and every slot the snapshot's nodes do not have: the leases holding
-    any of them are taken."""
+def _slots(con, view: str, snapshot: Snapshot) -> tuple[set[str], dict[str, str]]:
+    """The slots the snapshot's nodes do not have (the leases holding them are taken), and every slot held twice
+    at one instant, with its node."""
     # The sweep partitions by the slot's hash (integers sort faster than strings): slots whose hashes collide
-    # are swept together, which can only add a clash, never hide one.
+    # are swept together, which can only add a clash, never hide one (the episodes are then swept per slot).
     clashing_hashes = {h for (h,) in _query(
         con, f"SELECT DISTINCT h FROM (SELECT h, held_from_us < lag(held_until_us) OVER (PARTITION BY h ORDER BY "
              f"held_from_us) AS clash FROM (SELECT hash(unnest(slots)) AS h, held_from_us, held_until_us "
              f"FROM {view})) WHERE clash")}
     rows = _query(con, f"SELECT slot, hash(slot) FROM (SELECT DISTINCT unnest(slots) AS slot FROM {view})")
-    node_of = {slot: split_slot(slot)[0] for slot, _hash in rows}
-    take = {slot for slot, h in rows if h in clashing_hashes}
+    clashing = {slot: split_slot(slot)[0] for slot, h in rows if h in clashing_hashes}
+    unknown: set[str] = set()
     nodes = snapshot.nodes_by_name
     if nodes:
-        for slot, node in node_of.items():
+        for slot, _hash in rows:
+            node, ordinal = split_slot(slot)
             known = nodes.get(node)
-            ordinal = split_slot(slot)[1]
             if known is None or ordinal is None or ordinal >= known.gpus:
-                take.add(slot)
-    return take
+                unknown.add(slot)
+    return unknown, clashing
+
+
+def double_booked_findings(con, view: str, clashing: dict[str, str]) -> list[Finding]:
+    """The ``DoubleBooked`` findings of the slots in ``clashing`` (slot -> node), from their episodes swept in SQL
+    (engine/audit_slots.py ``_episodes``, docs/archive.md's query): per slot in order of start (then end and
+    key: a total order, so that every window sees ties alike), a lease that starts before the latest end so far
+    shares the slot with the lease holding it longest (the *holder*) until the earlier end; those overlaps,
+    merged where they touch, are the episodes, and an episode's leases are its overlapping leases and the holder
+    at its first. The slots of one node with the same episode — same interval, same leases — are one finding,
+    said by the engine's ``double_booked``."""
+    if not clashing:
+        return []
+    _register(con, _CLASH, ("slot", "node"), sorted(clashing.items()))
+    order = "s, e, h, namespace, name, uid"  # h: cheap to compare; the names only on a tie of hashes
+    before = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
+    rows = _query(con, f"""
+WITH held AS (
+  SELECT DISTINCT namespace, name, uid, start_us, held_from_us AS s, held_until_us AS e, slot, node,
+                  hash(namespace, name, uid) AS h
+  FROM (SELECT namespace, name, uid, start_us, held_from_us, held_until_us, unnest(slots) AS slot FROM {view})
+  JOIN {_CLASH} USING (slot)),
+swept AS (
+  SELECT *, max(e) OVER w AS held_until,
+         arg_max({{'start_us': start_us, 'lease': namespace || '/' || name, 'uid': uid}}, e) OVER w AS held_by
+  FROM held WINDOW w AS (PARTITION BY slot ORDER BY {order} {before})),
+shared AS (
+  SELECT *, max(until) OVER (PARTITION BY slot ORDER BY {order} {before}) AS reach
+  FROM (SELECT *, least(e, held_until) AS until FROM swept WHERE s < held_until)),
+islands AS (
+  SELECT *, reach IS NULL OR s > reach AS opens,
+         sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END) OVER (PARTITION BY slot ORDER BY {order}
+                                                                           ROWS UNBOUNDED PRECEDING) AS episode
+  FROM shared),
+episodes AS (
+  SELECT slot, any_value(node) AS node, min(s) AS lo, max(until) AS hi,
+         list_sort(list_append(list({{'start_us': start_us, 'lease': namespace || '/' || name, 'uid': uid}}),
+                               any_value(held_by) FILTER (WHERE opens))) AS leases
+  FROM islands GROUP BY slot, episode)
+SELECT node, lo, hi, list(slot ORDER BY slot), len(leases), [x.lease FOR x IN leases[1:4]]
+FROM episodes GROUP BY node, lo, hi, leases""")
+    return [double_booked(lo / 1e6, hi / 1e6, held, first, slots) for _node, lo, hi, slots, held, first in rows]
 
 
 # --- runs and envelopes: UnknownRun, UnknownEnvelope -----------------------------------------------------------

@@ -180,6 +180,7 @@ def window_findings(
     namespace: str | None,
     ledger_at_starts: bool,
     notes: list[str],
+    double_booked: bool = True,
 ) -> tuple[list[Finding], int]:
     """The findings of the window ``win`` (``clip`` of the snapshot's leases over ``[since, hi_at)``), sorted,
     narrowed to ``namespace`` when given, and how many instants the ledger was evaluated at.
@@ -187,10 +188,11 @@ def window_findings(
     Each kind depends only on some of the window's leases (archive/findings.py relies on it to run this on a
     subset): ``DoubleBooked`` on a node on the leases holding slots on it, the reference findings on each lease
     alone, the ledger on the leases open at the end of the window and on the leases of the budgets where a cheap
-    bound says a problem is possible — bounds that can only fall when leases are left out."""
+    bound says a problem is possible — bounds that can only fall when leases are left out.
+    ``double_booked=False`` leaves ``DoubleBooked`` out (the caller finds it another way)."""
     found: list[Finding] = []
     by_payer = group_indices(payers(win))
-    found += slot_findings(snapshot, win, notes)
+    found += slot_findings(snapshot, win, notes, double_booked)
     found += run_findings(snapshot, win)
     found += envelope_findings(snapshot, win, by_payer)
     ledger_found, instants = ledger_findings(snapshot, win, by_payer, since, hi_at, ledger_at_starts)

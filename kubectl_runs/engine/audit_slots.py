@@ -22,7 +22,7 @@ NODE_GONE_REASONS = frozenset({"NodeFailure"})
 NO_NODES_NOTE = "the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)"
 
 
-def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Finding]:
+def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_booked: bool = True) -> list[Finding]:
     """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
     node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
     where one is are swept for their episodes (``_double_booked``), so the findings are those of a search of
@@ -39,7 +39,10 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Fin
     valid: set[str] = set()
     for list_id in members:
         unknown: list[str] = []
-        for node, node_slots in nodes_of(win.slots[list_id], node_of).items():
+        held = win.slots[list_id]
+        if len(set(held)) != len(held):  # a slot named twice in one lease is held once by it
+            held = tuple(dict.fromkeys(held))
+        for node, node_slots in nodes_of(held, node_of).items():
             on_node = per_node.get(node)
             if on_node is None:
                 per_node[node] = [(list_id, node_slots)]
@@ -53,7 +56,7 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str]) -> list[Fin
                 if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
                     continue
                 out.append(_unknown_node(lease, unknown))
-    for entries in per_node.values():
+    for entries in per_node.values() if double_booked else ():
         piled = _piled_up(win, entries, members)
         if piled is not None:
             out.extend(piled)
@@ -310,22 +313,26 @@ def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[in
 
 
 def _double_booked_said(lo: float, hi: float, held: int, ordered: list[GPULease], slots: list[str]) -> Finding:
-    """One episode on one node's slots, held by ``held`` leases of which ``ordered`` are the first (up to 4) by
-    start then name: named after the lease that made the slots double-booked (the second), with the count of
-    leases and the first few others named."""
+    return double_booked(lo, hi, held, [x.key for x in ordered], slots)
+
+
+def double_booked(lo: float, hi: float, held: int, ordered: list[str], slots: list[str]) -> Finding:
+    """One episode on one node's slots, from ``lo`` to ``hi`` (epoch seconds), held by ``held`` leases of which
+    ``ordered`` are the first (up to 4) by start then name (``namespace/name``): named after the lease that made
+    the slots double-booked (the second), with the count of leases and the first few others named."""
     lease = ordered[1]
     others = [ordered[0], *ordered[2:]]
     said = _slot_list(sorted(slots, key=split_slot) if len(slots) > 1 else slots)
     if held == 2:
-        detail = (f"holds {said} also held by {others[0].key} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
+        detail = (f"holds {said} also held by {others[0]} from {_iso(lo)} to {_iso(hi)}: one slot is one GPU; "
                   "close the lease that is not running there")
     else:
-        named = [x.key for x in others[:3]]
+        named = others[:3]
         more = held - 1 - len(named)
         names = f"{', '.join(named)} and {more} more" if more else f"{', '.join(named[:-1])} and {named[-1]}"
         detail = (f"holds {said} at once with {held - 1} other leases from {_iso(lo)} to {_iso(hi)} "
                   f"({names}): one slot is one GPU; close the leases that are not running there")
-    return Finding(fk.DOUBLE_BOOKED, lease.key, detail, namespace=lease.metadata.namespace)
+    return Finding(fk.DOUBLE_BOOKED, lease, detail, namespace=lease.partition("/")[0])
 
 
 def _first_by_start(win: Window, involved: tuple[int, ...], k: int) -> list[GPULease]:

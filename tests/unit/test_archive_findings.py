@@ -117,6 +117,9 @@ PLANTED = {
     # several episodes on one slot, separated by gaps, and a holder spanning two of them
     "episodes": [_lease("h", ["a#5"], 0, 100), _lease("x1", ["a#5"], 10, 20), _lease("x2", ["a#5"], 20, 30),
                  _lease("x3", ["a#5"], 50, 60), _lease("x4", ["a#5", "a#6"], 55, 58), _lease("y", ["a#6"], 57, 70)],
+    # a slot twice in one lease is held once by it (no finding alone; one other lease makes two holders)
+    "duplicate-slot": [_lease("d1", ["a#0", "a#0"], 0, 10), _lease("d2", ["a#1", "a#1", "a#2"], 0, 10),
+                       _lease("d3", ["a#2"], 5, 6)],
     "unknown": [_lease("u-node", ["gone#0"], 1, 2), _lease("u-slot", ["b#4", "b#1"], 30, 31),
                 _lease("u-bad", ["a#x"], 1, 5), _lease("u-gone", ["gone#1"], 1, 2, closure_reason="NodeFailure"),
                 _lease("u-run", ["a#7"], 1, 2, run_namespace="elsewhere"),
@@ -176,6 +179,8 @@ def test_planted(tmp_path, case, live_share, span):
     assert got == want
     if span == (-2000, 2000) and case != "unknown":
         assert want[0], "the planted case finds something over its whole history"
+    if case == "duplicate-slot" and span == (-2000, 2000):  # a slot twice in one lease is not a double booking
+        assert [(f.lease, f.detail[:40]) for f in want[0]] == [("team/d3", "holds slot a#2 also held by team/d2 from")]
 
 
 @pytest.mark.parametrize("case", sorted(LEDGER))

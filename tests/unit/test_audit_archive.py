@@ -338,3 +338,19 @@ def test_streamed_levels_are_the_partitioned_ones(monkeypatch, tmp_path, every):
     wrong = breakdown.PARTITIONED.replace("PARTITION BY id ORDER BY t, d ", "ORDER BY t DESC ")
     monkeypatch.setattr(breakdown, "STREAMED", wrong)
     assert run_it() == streamed
+
+
+def test_a_file_damaged_after_opening_is_one_error_naming_it(tmp_path):
+    """A file that changes between the archive's checks and the counting (a race with an archive run): one error
+    naming the file, no report."""
+    from kubectl_runs.archive.manifest import ArchiveError
+
+    leases = history(21, 300, days=150)
+    store.archive(tmp_path, leases, archived_at=AT, before=T0)
+    opened = reader.open_archive(tmp_path)
+    damaged = tmp_path / opened.manifest.partitions[-1].file
+    damaged.write_bytes(damaged.read_bytes()[:50])
+    with pytest.raises(ArchiveError) as caught:
+        archived_audit.audit(snapshot(*fleet_objects()), [opened], AT, since=T0 - timedelta(days=200), until=AT,
+                             by=("owner",))
+    assert str(damaged) in caught.value.message and "\n" not in caught.value.message

@@ -136,10 +136,11 @@ def lease_totals(con, namespace: str | None) -> tuple[int, int]:
 
 
 def _audit_rows(found: list[tuple]) -> list[AuditRow]:
-    """(key, GPU-µs, leases, peak) -> AuditRows, sorted as engine/audit.py sorts them."""
-    out = [AuditRow(key=key, gpu_seconds=seconds_of(us), leases=leases, peak_gpus=peak) for key, us, leases, peak in found]
-    out.sort(key=lambda r: (-r.gpu_seconds, r.key))
-    return out
+    """(key, GPU-µs, leases, peak) -> AuditRows, sorted as engine/audit.py sorts them: by GPU-seconds (the
+    floats, as reported: distinct microsecond sums above 2^53 can be one float) descending, then key. Plain
+    tuples sort in C; the rows are made once sorted."""
+    ordered = sorted([(-seconds_of(us), key, leases, peak) for key, us, leases, peak in found])
+    return [AuditRow(key, -negative, leases, peak) for negative, key, leases, peak in ordered]
 
 
 # --- periods --------------------------------------------------------------------------------------------------

@@ -59,7 +59,9 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     copies)."""
     lo_us, hi_us = micros(since), micros(hi_at)
     groups = _query(con, f"SELECT payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), "
-                         f"sum(len(slots)), min(held_from_us), max(held_until_us) FROM {view} GROUP BY ALL")
+                         f"sum(len(slots)), min(held_from_us), max(held_until_us), "
+                         f"sum(held_until_us - held_from_us), hash(payer_namespace, paid_by_budget, paid_by_envelope) "
+                         f"FROM {view} GROUP BY ALL")
     in_window = sum(row[4] for row in groups)
     part: list[GPULease] = []
     found: list[Finding] = []
@@ -210,18 +212,25 @@ def _unknown_payers(snapshot: Snapshot, groups: list[tuple]) -> list[EnvelopeKey
 def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_us: int,
                     hi_us: int) -> list[EnvelopeKey]:
     """Every known envelope of the budgets where ``_suspect_instants`` may find an instant to evaluate: the
-    same tests on upper bounds of the same numbers (peaks only where the GPUs' sum exceeds the limit)."""
+    same tests on upper bounds of the same numbers. A peak is only needed where the GPUs' sum exceeds the limit,
+    and then a bound comes first (``_bounds``): the exact peak only where the bound exceeds it too."""
     envelopes = snapshot.envelopes_by_key
     per_envelope: dict[EnvelopeKey, list[tuple]] = {}
-    for ns, budget, envelope, owner, leases, gpus, first, last in groups:
+    hashes: dict[EnvelopeKey, int] = {}
+    for ns, budget, envelope, owner, leases, gpus, first, last, held, key_hash in groups:
         key = (ns, budget, envelope)
         if key in envelopes:
-            per_envelope.setdefault(key, []).append((owner, leases, gpus, first, last))
+            per_envelope.setdefault(key, []).append((owner, leases, gpus, first, last, held))
+            hashes[key] = key_hash
     suspects: set[tuple[str, str]] = set()
-    peaks_wanted: list[tuple[int, EnvelopeKey, str, int]] = []  # (group id, envelope, owner, limit)
-    totals: dict[EnvelopeKey, int] = {}
+    totals = {key: sum(o[2] for o in owners) for key, owners in per_envelope.items()}
+    over = [key for key, total in totals.items() if total > envelopes[key][1].concurrency]
+    bounds = _bounds(con, view, [hashes[key] for key in over], [o for key in over for o in per_envelope[key]],
+                     hi_us - lo_us)
+    env_peaks: dict[EnvelopeKey, int] = {}  # an upper bound of the engine's (bounded) peak of each envelope
+    peaks_wanted: list[tuple[int, EnvelopeKey, str]] = []  # (group id, envelope, owner)
     lending_groups: dict[EnvelopeKey, int] = {}
-    for key, owners in per_envelope.items():
+    for n, (key, owners) in enumerate(per_envelope.items()):
         budget, envelope = envelopes[key]
         open_us, close_us = micros(envelope.start), micros(envelope.end)
         covers = open_us <= lo_us and close_us >= hi_us
@@ -231,20 +240,17 @@ def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_
         outsiders = [o for o in owners if relation(o[0], env_owner) == BORROWED]
         if any(not lends_to(envelope, o[0]) for o in outsiders):
             suspects.add(key[:2])
-        total = sum(o[2] for o in owners)
-        totals[key] = total
-        if total > envelope.concurrency:
-            peaks_wanted.extend((len(totals) * 2, key, o[0], envelope.concurrency) for o in owners)
+        env_peaks[key] = min(totals[key], bounds.get(hashes[key], totals[key]))
+        if env_peaks[key] > envelope.concurrency:
+            peaks_wanted.extend((2 * n, key, o[0]) for o in owners)
         cap = None if envelope.lending is None else envelope.lending.max_concurrency
         borrowed = [o for o in outsiders if lends_to(envelope, o[0])]
         if cap is not None and sum(o[2] for o in borrowed) > cap:
-            lending_groups[key] = len(totals) * 2 + 1
-            peaks_wanted.extend((len(totals) * 2 + 1, key, o[0], cap) for o in borrowed)
+            lending_groups[key] = 2 * n + 1
+            peaks_wanted.extend((2 * n + 1, key, o[0]) for o in borrowed)
     peaks = _peaks(con, view, peaks_wanted)
-    env_peaks: dict[EnvelopeKey, int] = {}
-    for n, key in enumerate(totals, start=1):
-        peak = peaks.get(n * 2)
-        env_peaks[key] = totals[key] if peak is None else peak
+    for n, key in enumerate(per_envelope):
+        env_peaks[key] = peaks.get(2 * n, env_peaks[key])
         if env_peaks[key] > envelopes[key][1].concurrency:
             suspects.add(key[:2])
         lending = lending_groups.get(key)
@@ -259,13 +265,35 @@ def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_
     return sorted(key for key in per_envelope if key[:2] in suspects)
 
 
-def _peaks(con, view: str, wanted: list[tuple[int, EnvelopeKey, str, int]]) -> dict[int, int]:
+def _bounds(con, view: str, hashes: list[int], owners: list[tuple], span_us: int) -> dict[int, int]:
+    """An upper bound of the peak of GPUs charged to each envelope (by the hash of its key; envelopes whose
+    hashes collide share one bound, the larger): time is cut into buckets, and the GPUs of the leases held during
+    a bucket bound what is held at any instant of it. Buckets are twice the leases' mean length (at least a
+    256th of the window), so a lease falls into two or three of them and the bound stays within a few times the
+    true peak: hash aggregation, no sort."""
+    if not hashes:
+        return {}
+    leases = sum(o[1] for o in owners)
+    mean = sum(o[5] for o in owners) // max(leases, 1)
+    width = max(span_us // 256, 2 * mean, 1)
+    rows = _query(
+        con,
+        f"SELECT k, max(g) FROM (SELECT k, b, sum(g) AS g FROM (SELECT k, g, unnest(range(s // {width}, "
+        f"(e - 1) // {width} + 1)) AS b FROM (SELECT hash(payer_namespace, paid_by_budget, paid_by_envelope) AS k, "
+        f"len(slots) AS g, held_from_us AS s, held_until_us AS e FROM {view} WHERE paid_by_budget IS NOT NULL) "
+        f"WHERE k IN (SELECT unnest(?::UBIGINT[]))) GROUP BY k, b) GROUP BY k",
+        [hashes],
+    )
+    return {k: int(bound) for k, bound in rows}
+
+
+def _peaks(con, view: str, wanted: list[tuple[int, EnvelopeKey, str]]) -> dict[int, int]:
     """The peak of GPUs held at one instant by the leases of each group (group id -> GPUs): a group is some
     owners' leases charged to one envelope. Ends come before starts at one instant (half-open intervals)."""
     if not wanted:
         return {}
     _register(con, _PEAKS, ("gid", "namespace", "budget", "envelope", "owner"),
-              [(gid, *key, owner) for gid, key, owner, _limit in wanted], types=("BIGINT",))
+              [(gid, *key, owner) for gid, key, owner in wanted], types=("BIGINT",))
     rows = _query(
         con,
         f"WITH m AS (SELECT gid, held_from_us AS s, held_until_us AS e, len(slots) AS g FROM {view} AS v "

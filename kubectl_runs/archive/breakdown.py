@@ -58,11 +58,31 @@ _NODE_OF = "CASE WHEN regexp_matches(s, '#[0-9]+$') THEN regexp_extract(s, '^(.*
 
 # Each key's level (GPUs held) after each of its events: +w at held_from, −w at held_until, summed in instant order,
 # ends before starts at one instant (the intervals are half-open). The levels between the events of one instant
-# never exceed the levels before and after it. Summed as DOUBLE: exact for integers (below 2^53), and DuckDB's
-# running sum of doubles is several times faster than of its 128-bit integers.
-_LEVELS = f"""
-ev AS (SELECT id, f AS t, w AS d FROM {ENTRIES} UNION ALL SELECT id, u AS t, -w AS d FROM {ENTRIES}),
-lv AS (SELECT id, t, d, sum(d::DOUBLE) OVER (PARTITION BY id ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS level FROM ev)"""
+# never exceed the levels before and after it. Summed as DOUBLE: exact for integers (below 2^53).
+#
+# STREAMED: one sort of every event by (key, instant, delta) and one running sum over all of them in that order
+# (DuckDB's streaming window: OVER without PARTITION BY or ORDER BY, in input order, which the connection keeps
+# while it runs: preserve_insertion_order). Each key's deltas add up to 0, so the running sum starts each key at 0.
+# Three times faster than the same sum PARTITION BY key ORDER BY instant (20M events: 2.3 s against 6.8 s), which
+# is the fallback (PARTITIONED) should a streamed level ever come out negative (rows out of order).
+_EVENTS = f"SELECT id, f AS t, w AS d FROM {ENTRIES} UNION ALL SELECT id, u AS t, -w AS d FROM {ENTRIES}"
+STREAMED = (f"lv AS (SELECT id, t, d, sum(d::DOUBLE) OVER (ROWS UNBOUNDED PRECEDING) AS level "
+            f"FROM ({_EVENTS} ORDER BY id, t, d))")
+PARTITIONED = (f"lv AS (SELECT id, t, d, sum(d::DOUBLE) OVER (PARTITION BY id ORDER BY t, d ROWS UNBOUNDED PRECEDING) "
+               f"AS level FROM ({_EVENTS}))")
+
+
+def _swept(con, query: str) -> list[tuple]:
+    """``query`` (a format string of ``{levels}``, the ``lv`` CTE; its last column is the lowest level it saw),
+    streamed, or partitioned if a streamed level came out negative; the rows without that column."""
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        found = run(con, query.format(levels=STREAMED))
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    if any(row[-1] is not None and row[-1] < 0 for row in found):
+        found = run(con, query.format(levels=PARTITIONED))
+    return [row[:-1] for row in found]
 
 
 def _where(namespace: str | None) -> str:
@@ -94,11 +114,11 @@ def _key_of(con, width: int) -> dict[int, tuple]:
 def rows(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow], int, int]:
     """The window's rows (sorted as the engine sorts them), its GPU-microseconds and its leases (of ``namespace``
     only, when given). ``define_entries`` first."""
-    found = run(con, f"""
-WITH {_LEVELS},
-pk AS (SELECT id, max(level) AS peak FROM lv GROUP BY id),
+    found = _swept(con, f"""
+WITH {{levels}},
+pk AS (SELECT id, max(level) AS peak, min(level) AS low FROM lv GROUP BY id),
 used AS (SELECT id, sum(w * (u - f)::HUGEINT) AS us, count(*) AS leases FROM {ENTRIES} GROUP BY id)
-SELECT id, us, leases, peak FROM used JOIN pk USING (id)""")
+SELECT id, us, leases, peak, low FROM used JOIN pk USING (id)""")
     key_of = _key_of(con, len(by))
     out = _audit_rows([(key_of[i], int(us), leases, int(peak)) for i, us, leases, peak in found])
     if NODE in by:  # a lease on two nodes is two entries: the totals count leases
@@ -156,16 +176,16 @@ def period_rows(con, by: Sequence[str], namespace: str | None, every: str,
     # Per period and key: GPU-µs, leases, and the peak: the larger of the level at the period's start without
     # its starts (the entries that began before it: "base") and the levels at its events, leaving out the ends at
     # its start instant (entries that ended when it began: between two of them the level is not one of the period's).
-    found = run(con, f"""
-WITH {_LEVELS},
+    found = _swept(con, f"""
+WITH {{levels}},
 r AS (SELECT i, id, sum(w * (least(u, pe) - greatest(f, ps))::HUGEINT) AS us, count(*) AS leases,
              coalesce(sum(w) FILTER (WHERE f < ps), 0) AS base
       FROM (SELECT *, unnest(range({_index_sql(every, 'f')}, {_index_sql(every, 'u - 1')} + 1)) AS i
             FROM {ENTRIES}) JOIN {PERIODS} USING (i)
       GROUP BY i, id),
-ag AS (SELECT i, id, max(level) FILTER (WHERE t > ps OR d > 0) AS inside
+ag AS (SELECT i, id, max(level) FILTER (WHERE t > ps OR d > 0) AS inside, min(level) AS low
        FROM (SELECT id, t, d, level, {_index_sql(every, 't')} AS i FROM lv) JOIN {PERIODS} USING (i) GROUP BY i, id)
-SELECT i, id, us, leases, greatest(base, coalesce(inside, 0)) AS peak FROM r LEFT JOIN ag USING (i, id)""")
+SELECT i, id, us, leases, greatest(base, coalesce(inside, 0)) AS peak, low FROM r LEFT JOIN ag USING (i, id)""")
     key_of = _key_of(con, len(by))
     per: dict[int, list[tuple]] = {}
     whole: dict[int, list[int]] = {}  # id -> [GPU-µs, peak]

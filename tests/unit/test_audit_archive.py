@@ -283,3 +283,58 @@ def test_sums_are_exact_in_any_order():
         if x.spec.start < min(until, AT) and (not x.status.closed or (x.status.ended is not None
                                                                       and since < x.status.ended > x.spec.start)))
     assert reports[0][1] == total_us / 1_000_000
+
+
+@pytest.fixture(scope="module")
+def edgy(tmp_path_factory):
+    """The fleet's leases with instants on period edges and with microseconds (on_edges), as YAML files."""
+    base = tmp_path_factory.mktemp("edgy")
+    leases = on_edges(history(8, 600, days=150, prefix="e"), 8)
+    cut = T0 - timedelta(days=40)
+    everything = write_fleet(base / "all.yaml", [*fleet_objects(), *leases])
+    live = write_fleet(base / "live.yaml", [*fleet_objects(), *(x for x in leases if not archived(x, cut))])
+    store.archive(base / "archive", leases, archived_at=AT, before=cut, gpus=fleet_gpus(snapshot(*fleet_objects())))
+    return {"all": everything, "live": live, "archive": str(base / "archive"), "leases": leases}
+
+
+@pytest.mark.parametrize("every", [None, "day", "week", "month"])
+@pytest.mark.parametrize("by", [["owner"], ["node", "run"], ["envelope"]], ids=["owner", "node-run", "envelope"])
+def test_sub_second_instants_and_edges_in_json(capsys, edgy, by, every):
+    """-o json of the archive path is the JSON path's byte for byte when leases start and end on period edges
+    and at instants that are not whole seconds (GPU-hours from exact microsecond sums on both paths)."""
+    from kubectl_runs.sources.files import load_snapshot
+
+    assert any(x.spec.start.microsecond for x in load_snapshot([edgy["all"]]).leases)
+    assert any(x.status.ended is not None and x.status.ended.hour == 0 and x.status.ended.minute == 0
+               for x in edgy["leases"])
+    args = [*WINDOWS["whole"], *(x for b in by for x in ("--by", b)), *(["--every", every] if every else [])]
+    want = report(capsys, "--snapshot", edgy["all"], *args)
+    assert report(capsys, "--snapshot", edgy["live"], "--archive", edgy["archive"], *args) == want
+    assert json.loads(want[1])["totals"]["leases"] > 300
+
+
+@pytest.mark.parametrize("every", [None, "week"])
+def test_streamed_levels_are_the_partitioned_ones(monkeypatch, tmp_path, every):
+    """The running levels come from one sort and a streamed sum (breakdown.STREAMED); the partitioned window
+    (breakdown.PARTITIONED, the fallback) gives the same report, and so does a streamed sum that went wrong."""
+    from kubectl_runs.archive import breakdown
+
+    leases = on_edges(history(5, 900, days=120), 5)
+    store.archive(tmp_path, leases, archived_at=AT, before=T0)
+    live = snapshot(*fleet_objects(), *(x for x in leases if not archived(x, T0)))
+    opened = [reader.open_archive(tmp_path)]
+    since = T0 - timedelta(days=100)
+
+    def run_it():
+        if every is None:
+            return plain(archived_audit.audit(live, opened, AT, since=since, until=AT, by=("owner", "node")).report)
+        return plain(archived_audit.audit_periods(live, opened, AT, since=since, until=AT, every=every,
+                                                  by=("owner", "node")).report)
+
+    streamed = run_it()
+    monkeypatch.setattr(breakdown, "STREAMED", breakdown.PARTITIONED)
+    assert run_it() == streamed
+    # a stream out of order (here: by instant only, across keys) makes negative levels: the fallback is taken
+    wrong = breakdown.PARTITIONED.replace("PARTITION BY id ORDER BY t, d ", "ORDER BY t DESC ")
+    monkeypatch.setattr(breakdown, "STREAMED", wrong)
+    assert run_it() == streamed

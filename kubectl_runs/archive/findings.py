@@ -58,15 +58,19 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     ``snapshot`` gives the nodes, runs and budgets, and the live leases (their rows in the view are the live
     copies)."""
     lo_us, hi_us = micros(since), micros(hi_at)
-    groups = _query(con, f"SELECT payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), "
-                         f"sum(len(slots)), min(held_from_us), max(held_until_us), "
-                         f"sum(held_until_us - held_from_us), hash(payer_namespace, paid_by_budget, paid_by_envelope) "
-                         f"FROM {view} GROUP BY ALL")
+    # One scan for three groupings: per envelope and owner (the ledger's bounds), per run reference, per slot list.
+    rows = _query(con, f"SELECT GROUPING(owner), GROUPING(run_name), payer_namespace, paid_by_budget, paid_by_envelope, "
+                       f"owner, count(*), sum(len(slots)), min(held_from_us), max(held_until_us), "
+                       f"sum(held_until_us - held_from_us), hash(payer_namespace, paid_by_budget, paid_by_envelope), "
+                       f"run_namespace, run_name, slots, hash(slots) FROM {view} GROUP BY GROUPING SETS "
+                       f"((payer_namespace, paid_by_budget, paid_by_envelope, owner), (run_namespace, run_name), (slots))")
+    groups = [row[2:12] for row in rows if not row[0]]
+    refs = [(row[12], row[13]) for row in rows if row[0] and not row[1]]
     in_window = sum(row[4] for row in groups)
     part: list[GPULease] = []
     found: list[Finding] = []
     if in_window:
-        lists = _Lists(_query(con, f"SELECT slots, hash(slots) FROM {view} GROUP BY slots"))
+        lists = _Lists([(row[14], row[15]) for row in rows if row[0] and row[1]])
         unknown = lists.unknown(snapshot)
         clashing, holding = lists.clashing(con, view)
         found = double_booked_findings(con, view, clashing, holding)
@@ -75,7 +79,7 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
         payers = _unknown_payers(snapshot, groups)
         if ledger_at_starts:
             payers += _suspect_payers(con, view, snapshot, groups, lo_us, hi_us)
-        part = _part(con, view, snapshot, hi_us, unknown, _runs_to_take(con, view, snapshot), payers)
+        part = _part(con, view, snapshot, hi_us, unknown, _unknown_runs(snapshot, refs), payers)
     sub = replace(snapshot, leases=tuple(part))
     win = clip(sub.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     said: list[str] = []
@@ -223,9 +227,8 @@ FROM episodes GROUP BY node, lo, hi, leases""", [lists])
 # --- runs and envelopes: UnknownRun, UnknownEnvelope -----------------------------------------------------------
 
 
-def _runs_to_take(con, view: str, snapshot: Snapshot) -> list[tuple[str, str]]:
+def _unknown_runs(snapshot: Snapshot, refs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The run references of the window that the snapshot does not have."""
-    refs = _query(con, f"SELECT DISTINCT run_namespace, run_name FROM {view}")
     known = {(r.metadata.namespace, r.metadata.name) for r in snapshot.runs}
     return [ref for ref in refs if ref not in known]
 

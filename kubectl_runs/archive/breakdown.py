@@ -26,6 +26,7 @@ Keys come back to Python as rows (one per key, or per period and key), sorted th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 
 from ..engine.audit import ENVELOPE, FLAVOR, NO_ENVELOPE, NODE, OWNER, RUN, AuditRow
@@ -75,11 +76,12 @@ PARTITIONED = (f"lv AS (SELECT id, t, d, sum(d::DOUBLE) OVER (PARTITION BY id OR
 def _swept(con, query: str) -> list[tuple]:
     """``query`` (a format string of ``{levels}``, the ``lv`` CTE; its last column is the lowest level it saw),
     streamed, or partitioned if a streamed level came out negative; the rows without that column."""
-    con.execute("SET preserve_insertion_order = true")
+    run(con, "SET preserve_insertion_order = true")
     try:
         found = run(con, query.format(levels=STREAMED))
     finally:
-        con.execute("SET preserve_insertion_order = false")
+        with suppress(db.Error):  # the connection failed with the query: its error is the one to report
+            con.execute("SET preserve_insertion_order = false")
     if any(row[-1] is not None and row[-1] < 0 for row in found):
         found = run(con, query.format(levels=PARTITIONED))
     return [row[:-1] for row in found]
@@ -136,10 +138,11 @@ def lease_totals(con, namespace: str | None) -> tuple[int, int]:
 
 
 def _audit_rows(found: list[tuple]) -> list[AuditRow]:
-    """(key, GPU-µs, leases, peak) -> AuditRows, sorted as engine/audit.py sorts them."""
-    out = [AuditRow(key=key, gpu_seconds=seconds_of(us), leases=leases, peak_gpus=peak) for key, us, leases, peak in found]
-    out.sort(key=lambda r: (-r.gpu_seconds, r.key))
-    return out
+    """(key, GPU-µs, leases, peak) -> AuditRows, sorted as engine/audit.py sorts them: by GPU-seconds (the
+    floats, as reported: distinct microsecond sums above 2^53 can be one float) descending, then key. Plain
+    tuples sort in C; the rows are made once sorted."""
+    ordered = sorted([(-seconds_of(us), key, leases, peak) for key, us, leases, peak in found])
+    return [AuditRow(key, -negative, leases, peak) for negative, key, leases, peak in ordered]
 
 
 # --- periods --------------------------------------------------------------------------------------------------

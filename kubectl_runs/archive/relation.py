@@ -113,10 +113,13 @@ def _hiding_live(con, archived: str, live: Sequence[GPULease]) -> str:
         narrowed = archived
         if len(names) <= _NAMES_INLINE:
             narrowed += " AND name IN (" + ", ".join(db.quote(n) for n in names) + ")"
+            # Usually no archived lease is live any more: a count reads the names alone (10M: ~0.3 s, against
+            # ~0.8 s for the semi-join below, which reads the keys).
+            if not _count(con, f"SELECT count(*) FROM ({narrowed})"):
+                return f"SELECT {_COLUMNS}, false AS live FROM ({archived})"
         _execute(con, f"CREATE OR REPLACE TEMP TABLE {HIDDEN_TABLE} AS SELECT filename, file_row_number "
                       f"FROM ({narrowed}) SEMI JOIN {LIVE_TABLE} USING (namespace, name, uid)", "the archived leases")
-        hidden = con.execute(f"SELECT count(*) FROM {HIDDEN_TABLE}").fetchone()[0]
-        if hidden:
+        if _count(con, f"SELECT count(*) FROM {HIDDEN_TABLE}"):
             return (f"SELECT {_COLUMNS}, false AS live FROM ({archived}) "
                     f"ANTI JOIN {HIDDEN_TABLE} USING (filename, file_row_number)")
     return f"SELECT {_COLUMNS}, false AS live FROM ({archived})"
@@ -138,6 +141,13 @@ def _register_live(con, live: Sequence[GPULease]) -> None:
             columns.append(f"unnest(?::{sql_type}[]) AS {name}")
     _execute(con, f"CREATE OR REPLACE TEMP TABLE {LIVE_TABLE} AS SELECT {', '.join(columns)}", "the live leases",
              values)
+
+
+def _count(con, query: str) -> int:
+    try:
+        return con.execute(query).fetchone()[0]
+    except db.Error as exc:
+        raise ArchiveError(f"the archived leases: cannot be read: {db.first_line(exc)}") from None
 
 
 def _timestamp(us: int) -> str:

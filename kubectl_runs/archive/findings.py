@@ -187,8 +187,8 @@ def double_booked_findings(con, view: str, clashing: dict[str, str], lists: list
     (engine/audit_slots.py ``_episodes``, docs/archive.md's query): per slot in order of start (then end and
     key: a total order, so that every window sees ties alike), a lease that starts before the latest end so far
     shares the slot with the lease holding it longest (the *holder*) until the earlier end; those overlaps,
-    merged where they touch, are the episodes, and an episode's leases are its overlapping leases and the holder
-    at its first. The slots of one node with the same episode — same interval, same leases — are one finding,
+    merged where they touch, are the episodes, and an episode's leases are its overlapping leases and their
+    holders (a holder that starts inside an episode, when overlaps touch, is one of them too). The slots of one node with the same episode — same interval, same leases — are one finding,
     said by the engine's ``double_booked``."""
     if not clashing:
         return []
@@ -210,14 +210,14 @@ shared AS (
   SELECT *, max(until) OVER (PARTITION BY slot ORDER BY {order} {before}) AS reach
   FROM (SELECT *, least(e, held_until) AS until FROM swept WHERE s < held_until)),
 islands AS (
-  SELECT *, reach IS NULL OR s > reach AS opens,
+  SELECT *,
          sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END) OVER (PARTITION BY slot ORDER BY {order}
                                                                            ROWS UNBOUNDED PRECEDING) AS episode
   FROM shared),
 episodes AS (
   SELECT slot, any_value(node) AS node, min(s) AS lo, max(until) AS hi,
-         list_sort(list_append(list({{'start_us': start_us, 'lease': namespace || '/' || name, 'uid': uid}}),
-                               any_value(held_by) FILTER (WHERE opens))) AS leases
+         list_sort(list_distinct(list({{'start_us': start_us, 'lease': namespace || '/' || name, 'uid': uid}})
+                                 || list(held_by))) AS leases
   FROM islands GROUP BY slot, episode)
 SELECT node, lo, hi, list(slot ORDER BY slot), len(leases), [x.lease FOR x IN leases[1:4]]
 FROM episodes GROUP BY node, lo, hi, leases""", [lists])

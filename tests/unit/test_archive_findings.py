@@ -117,6 +117,10 @@ PLANTED = {
     # several episodes on one slot, separated by gaps, and a holder spanning two of them
     "episodes": [_lease("h", ["a#5"], 0, 100), _lease("x1", ["a#5"], 10, 20), _lease("x2", ["a#5"], 20, 30),
                  _lease("x3", ["a#5"], 50, 60), _lease("x4", ["a#5", "a#6"], 55, 58), _lease("y", ["a#6"], 57, 70)],
+    # overlaps that touch: t3 starts as the first episode ends, holds the slot longest, and t4 overlaps it — one
+    # episode of four leases (t3 is one of them though it never overlaps the lease before it)
+    "touching": [_lease("t1", ["a#3"], 0, 10), _lease("t2", ["a#3"], 5, 10), _lease("t3", ["a#3"], 10, 15),
+                 _lease("t4", ["a#3"], 10, 12)],
     # a slot twice in one lease is held once by it (no finding alone; one other lease makes two holders)
     "duplicate-slot": [_lease("d1", ["a#0", "a#0"], 0, 10), _lease("d2", ["a#1", "a#1", "a#2"], 0, 10),
                        _lease("d3", ["a#2"], 5, 6)],
@@ -277,3 +281,29 @@ def test_the_documented_double_booked_query(tmp_path, case):
             want.append((slot, lo, hi, len(involved)))
     assert got == sorted(want)
     assert want or case == "unknown"
+
+
+# --- through the command ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace", [None, "team"])
+def test_the_command_prints_the_json_paths_findings(capsys, tmp_path, namespace):
+    """``leases audit --archive -o json`` on every planted case and ledger bound (the closed leases archived, the
+    open ones live) prints exactly what ``leases audit`` prints on one snapshot holding every lease."""
+    from builders import run_cli, write_fleet
+
+    leases = sorted([*(x for case in PLANTED.values() for x in case), *(x for _b, ls in LEDGER.values() for x in ls)],
+                    key=_key)
+    others = [*NODES, BUDGET, *(b for budgets, _ls in LEDGER.values() for b in budgets), run("r")]
+    everything = write_fleet(tmp_path / "all.yaml", [*others, *leases])
+    live = write_fleet(tmp_path / "live.yaml", [*others, *(x for x in leases if not x.status.closed)])
+    store.archive(tmp_path / "archive", [x for x in leases if x.status.closed], archived_at=at(hours=150))
+    args = ["leases", "audit", "--at", at(hours=150).isoformat(), "--since", at(hours=-2000).isoformat(), "-o", "json",
+            "--strict", *(["-n", namespace] if namespace else [])]
+    want = run_cli(capsys, *args, "--snapshot", everything)
+    got = run_cli(capsys, *args, "--snapshot", live, "--archive", str(tmp_path / "archive"))
+    assert got == want
+    assert want[0] == 3
+    kinds = {f["kind"] for f in __import__("json").loads(want[1])["findings"]}
+    assert kinds >= ({"DoubleBooked", "UnknownRun", "ACLViolation", "Overdraft"} if namespace else
+                     {"DoubleBooked", "UnknownNode", "UnknownRun", "UnknownEnvelope", "ACLViolation", "Overdraft"})

@@ -115,7 +115,7 @@ def _part(con, view: str, snapshot: Snapshot, hi_us: int, lists: list[int], runs
 
 def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
     """The rows as leases: a live row is the snapshot's own lease (its status may be open), an archived row is
-    rebuilt (``schema.lease_of``); in the order ``reader.with_archived`` merges them."""
+    rebuilt (``schema.lease_of``); in the order a loaded snapshot holding them all keeps (namespace, name)."""
     live_keys = {(row[0], row[1], row[2]) for row in rows if row[-1]}
     live = [x for x in snapshot.leases if (x.metadata.namespace, x.metadata.name, x.metadata.uid) in live_keys] \
         if live_keys else []

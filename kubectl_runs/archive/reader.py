@@ -7,12 +7,12 @@ and rebuilds them as the same ``GPULease`` records the JSON path decodes, for th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..model import GPULease, Snapshot
+from ..model import GPULease
 from . import db
 from .manifest import ArchiveError, Manifest, Partition, read_manifest
 from .schema import LEASE_SELECT, lease_of, micros, month_of
@@ -92,27 +92,6 @@ def leases_between(archives: Iterable[Archive], lo: datetime, hi: datetime,
     finally:
         con.close()
     return out
-
-
-def with_archived(snapshot: Snapshot, archives: Sequence[Archive], lo: datetime, hi: datetime) -> Snapshot:
-    """The snapshot with the archived leases that held GPUs during ``[lo, hi)`` added: each lease once (a lease
-    read live wins over its archived copy), in the order a loaded snapshot keeps (namespace, name), so that the
-    audit of the result is the audit of one snapshot holding every lease — the same records, the same order,
-    the same sums."""
-    if not archives or lo >= hi:
-        return snapshot
-    live = {(x.metadata.namespace, x.metadata.name, x.metadata.uid) for x in snapshot.leases}
-    archived = leases_between(archives, lo, hi, skip=live)
-    if not archived:
-        return snapshot
-    merged = [*snapshot.leases, *archived]
-    merged.sort(key=_namespace_name)
-    return replace(snapshot, leases=tuple(merged))
-
-
-def _namespace_name(lease: GPULease) -> tuple[str, str]:
-    meta = lease.metadata
-    return (meta.namespace, meta.name)
 
 
 @dataclass

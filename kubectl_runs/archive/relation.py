@@ -11,9 +11,8 @@ Which leases it holds, as engine/audit_window.py ``clip`` selects them:
 * a closed lease that held GPUs in the window: ``start < hi``, ``ended > lo`` and ``ended > start`` (a closed
   lease without an end, or that ended at its start, never held anything and is left out);
 * an open (live) lease that started before ``hi``: it holds its slots up to ``hi``;
-* a lease both live and archived (archived, not yet pruned) is its live copy, whatever the live copy says (as
-  ``reader.with_archived``: keyed by namespace, name and uid); a lease in two archives is the copy of the first
-  archive given. With one archive, its rows that a live lease hides are found once, when the view is defined,
+* a lease both live and archived (archived, not yet pruned) is its live copy, whatever the live copy says
+  (keyed by namespace, name and uid); a lease in two archives is the copy of the first archive given. With one archive, its rows that a live lease hides are found once, when the view is defined,
   and kept as (file, row number) in the temp table ``audit_hidden_rows``: the view's scans read no key column.
 
 Its columns (stable: the audit's SQL, engine-equivalent, is written against them):

@@ -4,9 +4,12 @@ slots (DoubleBooked), some unfunded, preempted, spare, without an end; every lea
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 from builders import T0, budget, envelope, lease, node, preempted, run
+
+from kubectl_runs.archive import reader
 
 NODES = tuple(node(f"n{i}") for i in range(6))
 
@@ -91,3 +94,17 @@ def on_edges(leases: list, seed: int) -> list:
         out.append(msgspec.structs.replace(item, spec=msgspec.structs.replace(spec, start=start),
                                            status=msgspec.structs.replace(status, ended=ended)))
     return out
+
+
+def with_archived(snapshot, archives, lo, hi):
+    """The reference the archive path is compared with: ``snapshot`` with the archived leases that held GPUs
+    during ``[lo, hi)`` added, each lease once (a lease read live wins over its archived copy), in the order a
+    loaded snapshot keeps (namespace, name) — one snapshot holding every lease, for the JSON path's engine."""
+    if not archives or lo >= hi:
+        return snapshot
+    live = {(x.metadata.namespace, x.metadata.name, x.metadata.uid) for x in snapshot.leases}
+    archived = reader.leases_between(archives, lo, hi, skip=live)
+    if not archived:
+        return snapshot
+    merged = sorted([*snapshot.leases, *archived], key=lambda x: (x.metadata.namespace, x.metadata.name))
+    return replace(snapshot, leases=tuple(merged))

@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from archive_fleets import fleet_objects, history, on_edges
+from archive_fleets import fleet_objects, history, on_edges, with_archived
 from builders import T0, run_cli, snapshot, write_fleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -187,7 +187,7 @@ def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span
     since = T0 + timedelta(days=lo_days)
     until = since + timedelta(days=span_days)
     want = audit(everything, AT, since=since, until=until, by=by)
-    merged = reader.with_archived(live, [reader.open_archive(directory)], since, min(until, AT))
+    merged = with_archived(live, [reader.open_archive(directory)], since, min(until, AT))
     got = audit(merged, AT, since=since, until=until, by=by)
     assert plain(got.report) == plain(want.report)
 

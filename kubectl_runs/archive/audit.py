@@ -12,18 +12,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
-from ..engine.audit import DIMENSIONS, NODE, AuditReport, window_notes
+from ..engine.audit import NODE, AuditReport, checked, window_notes
 from ..engine.audit_periods import Period, PeriodsReport, boundaries, offered
 from ..engine.audit_window import seconds_of
 from ..model import Snapshot
-from ..timeutil import rfc3339
 from . import breakdown, db, findings, relation
 
 
 def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
           by: Sequence[str], namespace: str | None = None) -> AuditReport:
     """``engine.audit.audit`` of ``snapshot`` plus the leases of ``archives`` (each lease once)."""
-    by = _checked(by, since, until)
+    by = checked(by, since, until)
     notes = window_notes(at, until)
     with _window(snapshot, archives, since, min(until, at), by, namespace) as con:
         rows, micros, leases = breakdown.rows(con, by, namespace)
@@ -39,7 +38,7 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
                   present: Mapping[str, int] | None = None) -> PeriodsReport:
     """``engine.audit_periods.audit_periods`` of ``snapshot`` plus the leases of ``archives``: the periods and
     the whole window's rows from one sweep (``breakdown.period_rows``)."""
-    by = _checked(by, since, until)
+    by = checked(by, since, until)
     hi = min(until, at)
     clipped = [(label, lo, min(end, hi)) for label, lo, end in boundaries(since, until, every)]
     notes = window_notes(at, until)
@@ -64,15 +63,6 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
         periods.append(Period(label, lo, end, period_rows, seconds_of(period_micros), period_leases,
                               offered(capacity, present or {}, lo, end)))
     return PeriodsReport(every=every, audit=whole, periods=periods)
-
-
-def _checked(by: Sequence[str], since: datetime, until: datetime) -> tuple[str, ...]:
-    by = tuple(by)
-    if not by or any(dim not in DIMENSIONS for dim in by) or len(set(by)) != len(by):
-        raise ValueError(f"by: one to {len(DIMENSIONS)} distinct dimensions of {', '.join(DIMENSIONS)}")
-    if since >= until:
-        raise ValueError(f"since ({rfc3339(since)}) must be before until ({rfc3339(until)})")
-    return by
 
 
 @contextmanager

@@ -50,7 +50,7 @@ from .audit_window import (
 from .findings import Finding, sort_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
-           "breakdown", "peak", "split_slot", "window_findings")
+           "breakdown", "checked", "peak", "split_slot", "window_findings")
 
 OWNER, ENVELOPE, FLAVOR, RUN, NODE = "owner", "envelope", "flavor", "run", "node"
 DIMENSIONS = (OWNER, ENVELOPE, FLAVOR, RUN, NODE)
@@ -123,6 +123,11 @@ def audit(
     reported when it is given; funding is still judged with every lease charged to an envelope (a borrower in
     another namespace uses the same envelope). ``ledger_at_starts=False`` evaluates the ledger only at the end
     of the window."""
+    return _audit(snapshot, at, since, until, checked(by, since, until), namespace, ledger_at_starts)
+
+
+def checked(by: Sequence[str], since: datetime, until: datetime) -> tuple[str, ...]:
+    """``by`` as a tuple, once it and the window are valid arguments of an audit (ValueError when not)."""
     by = tuple(by)
     if not by:
         raise ValueError("by: at least one dimension")
@@ -133,7 +138,7 @@ def audit(
         raise ValueError("by: each dimension at most once")
     if since >= until:
         raise ValueError(f"since ({rfc3339(since)}) must be before until ({rfc3339(until)})")
-    return _audit(snapshot, at, since, until, by, namespace, ledger_at_starts)
+    return by
 
 
 def _audit(

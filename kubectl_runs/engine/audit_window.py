@@ -100,6 +100,8 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     by_list: dict[tuple[str, ...], list[int]] = {}  # slot list -> the window leases that hold it
     one: dict = {}  # one object per distinct owner, payer, run namespace and run name
     same = one.setdefault
+    last_owner = last_namespace = last_name = ""
+    last_paid: PaidBy | None = None
     n = 0
     for lease in leases:
         status = lease.status
@@ -137,14 +139,24 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
             holding.append(n)
             list_ids.append(holding[0])
         n += 1
+        # Consecutive leases are mostly of one run (a List is sorted by name: a run's groups are in a row), so each
+        # value is first compared with the last one's, which hashes nothing.
         owner = spec.owner
-        owners.append(same(owner, owner))
+        if owner != last_owner:
+            last_owner = same(owner, owner)
+        owners.append(last_owner)
         paid = spec.paid_by
-        paid_by.append(same(paid, paid))
+        if paid != last_paid:
+            last_paid = same(paid, paid)
+        paid_by.append(last_paid)
         ref = spec.run_ref
         namespace, name = ref.namespace, ref.name
-        run_namespaces.append(same(namespace, namespace))
-        run_names.append(same(name, name))
+        if namespace != last_namespace:
+            last_namespace = same(namespace, namespace)
+        run_namespaces.append(last_namespace)
+        if name != last_name:
+            last_name = same(name, name)
+        run_names.append(last_name)
     win.gpus = list(map(len, slots))
     win._columns.update(owner=owners, paid_by=paid_by, run_namespace=run_namespaces, run_name=run_names, begin=begins,
                         slot_ids=[list_ids, {idx[0]: idx for idx in by_list.values()}])

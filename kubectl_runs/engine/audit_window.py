@@ -85,8 +85,8 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     Histories are mostly leases that closed long before the window: a cheap test on each lease's status comes
     first, and the same loop reads every field the report needs from the leases kept while each is at hand (one
     pass over each record is what costs: reading the same records column by column is about twice as slow).
-    The same loop groups the leases by slot list (``Window.slot_lists``) and makes equal owners, payers and run
-    references one object each, while each lease's fields are in the cache: the later passes that hash or
+    The same loop groups the leases by slot list (``Window.slot_lists``), makes equal owners, payers and run
+    references one object each and keys each lease's payer (``audit_findings.payers``), while each lease's fields are in the cache: the later passes that hash or
     compare them then find each value already hashed, and equal values identical."""
     lo, hi = lo_at.timestamp(), hi_at.timestamp()
     win = Window(lo=lo, hi=hi)
@@ -102,6 +102,9 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     same = one.setdefault
     last_owner = last_namespace = last_name = ""
     last_paid: PaidBy | None = None
+    payers: list[tuple[str, str, str] | None] = []  # (namespace, budget, envelope) charged; None = unfunded
+    payer = payer_paid = None
+    payer_namespace = ""
     n = 0
     for lease in leases:
         status = lease.status
@@ -157,8 +160,17 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
         if name != last_name:
             last_name = same(name, name)
         run_names.append(last_name)
+        if last_paid is not payer_paid or last_namespace is not payer_namespace:  # (interned: by identity)
+            payer_paid, payer_namespace = last_paid, last_namespace
+            if last_paid is None:
+                payer = None
+            else:  # a paidBy without a namespace names an envelope in the run's namespace
+                key = (last_paid.namespace or last_namespace, last_paid.budget, last_paid.envelope)
+                payer = same(key, key)
+        payers.append(payer)
     win.gpus = list(map(len, slots))
-    win._columns.update(owner=owners, paid_by=paid_by, run_namespace=run_namespaces, run_name=run_names, begin=begins,
+    win._columns.update(owner=owners, paid_by=paid_by, payer=payers, run_namespace=run_namespaces, run_name=run_names,
+                        begin=begins,
                         slot_ids=[list_ids, {idx[0]: idx for idx in by_list.values()}])
     return win
 

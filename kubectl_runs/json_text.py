@@ -18,13 +18,10 @@ from itertools import chain
 from json import encoder as _json
 from typing import Any
 
-import msgspec
-
 INDENT = 2
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 # What msgspec writes exactly as json does (ints of any size are tried: msgspec refuses those past 64 bits).
 _SAME_IN_MSGSPEC = frozenset({str, int, bool, type(None)})
-_ENCODE = msgspec.json.Encoder().encode
 
 
 class _Unusual(Exception):
@@ -100,8 +97,10 @@ class _Writer:
             chunks.append("[]")
             return
         if type(value) is list and _flat_records(value):
+            import msgspec  # (here: `kubectl runs version` writes JSON without importing it)
+
             try:
-                text = msgspec.json.format(_ENCODE(value), indent=INDENT).decode()
+                text = msgspec.json.format(msgspec.json.encode(value), indent=INDENT).decode()
             except (TypeError, OverflowError, ValueError, UnicodeError):  # an int past 64 bits, a lone surrogate
                 pass
             else:  # (no string holds a newline once encoded: each newline is the formatter's)

@@ -14,15 +14,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 moddir="$(cd "$here/../tests/kueue" && pwd)"
 
-die() { echo "kueue.sh: error: $*" >&2; exit 1; }
+tool=kueue.sh
+# shellcheck source=lib/gomodule.sh
+source "$here/lib/gomodule.sh"
 
-version="$(awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" { print $3; exit }' "$moddir/go.mod")"
-[[ -n "$version" ]] || version="$(awk '$1 == "sigs.k8s.io/kueue" && $2 ~ /^v/ { print $2; exit }' "$moddir/go.mod")"
-[[ -n "$version" ]] || die "cannot read the sigs.k8s.io/kueue version from $moddir/go.mod"
-
-go="$(command -v go || true)"
-if [[ -z "$go" && -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; fi
-[[ -n "$go" ]] || die "'go' is not on PATH: Go >= 1.24 is needed to download sigs.k8s.io/kueue $version for the integration tests"
+version="$(module_version "$moddir" sigs.k8s.io/kueue)"
+go="$(find_go "Go >= 1.24 is needed to download sigs.k8s.io/kueue $version for the integration tests")"
 
 export GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off
 
@@ -41,25 +38,8 @@ crds() {
 }
 
 manager() {
-    local cache_root="${KUBECTL_RUNS_KUEUE_CACHE:-$HOME/.cache/kubectl-runs/kueue}"
-    local outdir="$cache_root/$version"
-    if [[ -x "$outdir/kueue" ]]; then echo "$outdir/kueue"; return 0; fi
-    mkdir -p "$cache_root"
-    if command -v flock >/dev/null 2>&1; then
-        exec 9>"$cache_root/.build.lock"
-        flock 9
-        if [[ -x "$outdir/kueue" ]]; then echo "$outdir/kueue"; return 0; fi
-    fi
-    local tmp
-    tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-    trap 'rm -rf "${tmp:-}"' EXIT
-    echo "kueue.sh: building Kueue's manager $version into $outdir (a cold build takes several minutes)" >&2
-    local start=$SECONDS
-    (cd "$moddir" && CGO_ENABLED=0 "$go" build -trimpath -ldflags="-s -w" -o "$tmp/kueue" sigs.k8s.io/kueue/cmd/kueue) >&2 \
-        || die "go build sigs.k8s.io/kueue/cmd/kueue failed (see above)"
-    mkdir -p "$outdir"
-    mv -f "$tmp/kueue" "$outdir/kueue"
-    echo "kueue.sh: built in $((SECONDS - start))s" >&2
+    local outdir="${KUBECTL_RUNS_KUEUE_CACHE:-$HOME/.cache/kubectl-runs/kueue}/$version"
+    cached_build "$go" "$moddir" sigs.k8s.io/kueue/cmd/kueue "$outdir" kueue "a cold build takes several minutes"
     echo "$outdir/kueue"
 }
 

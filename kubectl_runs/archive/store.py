@@ -25,7 +25,9 @@ import os
 import re
 import shutil
 import signal
+import threading
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +61,7 @@ STAGING = ".staging"
 _OURS = re.compile(r"^(month=\d{4}-\d{2}|\.staging|\.manifest\.json\.tmp|manifest\.json)$")
 _PART_FILE = re.compile(r"^\.?leases-\d{6}\.parquet(\.tmp)?$")
 ROW_GROUP = 122_880
+WRITERS = 2  # month files written at once (each COPY of one month runs on one thread; the machine has 2+ cores)
 
 
 @dataclass(frozen=True)
@@ -166,21 +169,23 @@ def archive(
 
     generation = manifest.generation + 1
     partitions = {p.month: p for p in manifest.partitions}
-    rewritten: list[str] = []
-    replaced: list[Path] = []
+    work: list[tuple[str, Partition | None, str]] = []  # (month, its old partition, the table of its new rows)
     added = 0
-    for month, count in staged:
+    for index, (month, count) in enumerate(staged):
         old = partitions.get(month)
-        fresh = count if old is None else _fresh_rows(con, directory, month, old)
-        if fresh == 0:
+        if old is None:
+            work.append((month, None, "staged"))
+            added += count
             continue
-        part = _write_month(con, directory, month, old, generation)
-        crash_point("partition")
+        table = f"fresh_{index}"
+        fresh = _fresh_rows(con, directory, month, old, table)
+        if fresh:
+            work.append((month, old, table))
+            added += fresh
+    for month, part in _write_months(con, directory, work, generation):
         partitions[month] = part
-        rewritten.append(month)
-        added += fresh
-        if old is not None:
-            replaced.append(directory / old.file)
+    rewritten = [month for month, _old, _table in work]
+    replaced = [directory / old.file for _month, old, _table in work if old is not None]
     already = rows - added
     con.close()
     if not rewritten:
@@ -249,40 +254,67 @@ def _stage_lines(con, path: Path, leases: list[GPULease]) -> None:
         for i in range(0, len(leases), 50_000):
             handle.write(encoder.encode_lines(leases[i:i + 50_000]))
     source = f"read_json({db.quote(path)}, format = 'newline_delimited', columns = {json_columns()})"
-    con.execute(f"CREATE TEMP TABLE staged AS {select_rows(source)}")
+    create_staged(con, select_rows(source))
 
 
-def _fresh_rows(con, directory: Path, month: str, old: Partition | None) -> int:
-    """Mark the staged rows of ``month`` that the month's file does not hold yet (table ``fresh``); their count."""
-    where = f"s.month = {db.quote(month)}"
-    if old is None:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh AS SELECT s.* EXCLUDE (month) FROM staged s WHERE {where}")
-    else:
-        path = directory / old.file
-        db.check_file(con, path, old.leases)
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE fresh AS SELECT s.* EXCLUDE (month) FROM staged s WHERE {where} "
-            f"AND NOT EXISTS (SELECT 1 FROM read_parquet({db.quote(path)}) o "
-            "WHERE o.namespace = s.namespace AND o.name = s.name AND o.uid = s.uid)"
-        )
-    return con.execute("SELECT count(*) FROM fresh").fetchone()[0]
+def create_staged(con, rows_sql: str) -> None:
+    """The table ``staged`` of the rows ``rows_sql`` selects (the archive's columns and ``month``), stored in the
+    order of the month files (start, then the key): a month's rows are then one run of the table, which a
+    month's COPY reads in that order with no sort of its own. A table of the database, not of the connection, so
+    that the writers' cursors see it."""
+    con.execute("SET preserve_insertion_order = true")  # the table keeps the ORDER BY's order, scans keep it
+    con.execute(f"CREATE TABLE staged AS SELECT * FROM ({rows_sql}) ORDER BY start, namespace, name, uid")
 
 
-def _write_month(con, directory: Path, month: str, old: Partition | None, generation: int) -> Partition:
-    """The month's new file: its old rows and the fresh ones, sorted by start (then the key, so the bytes do not
-    depend on the order leases were read in), written under a temporary name and renamed."""
+def _fresh_rows(con, directory: Path, month: str, old: Partition, table: str) -> int:
+    """Keep the staged rows of ``month`` that the month's file does not hold yet (in ``table``); their count."""
+    path = directory / old.file
+    db.check_file(con, path, old.leases)
+    con.execute(
+        f"CREATE OR REPLACE TABLE {table} AS SELECT s.* EXCLUDE (month) FROM staged s "
+        f"WHERE s.month = {db.quote(month)} AND NOT EXISTS (SELECT 1 FROM read_parquet({db.quote(path)}) o "
+        "WHERE o.namespace = s.namespace AND o.name = s.name AND o.uid = s.uid)"
+    )
+    return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _write_months(con, directory: Path, work: list[tuple[str, Partition | None, str]],
+                  generation: int) -> list[tuple[str, Partition]]:
+    """Write each month's new file, ``WRITERS`` at a time (DuckDB runs each COPY without the GIL), each on a
+    cursor of its own; (month, partition) in the order of ``work``."""
+    local = threading.local()
+
+    def write(item: tuple[str, Partition | None, str]) -> tuple[str, Partition]:
+        cursor = getattr(local, "cursor", None)
+        if cursor is None:
+            cursor = local.cursor = con.cursor()
+        month, old, table = item
+        part = _write_month(cursor, directory, month, old, table, generation)
+        crash_point("partition")
+        return month, part
+
+    if len(work) <= 1:
+        return [write(item) for item in work]
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        return list(pool.map(write, work))
+
+
+def _write_month(con, directory: Path, month: str, old: Partition | None, table: str,
+                 generation: int) -> Partition:
+    """The month's new file: its old rows and the fresh ones (``table``), sorted by start (then the key, so the
+    bytes do not depend on the order leases were read in), written under a temporary name and renamed."""
     folder = directory / f"{PARTITION}={month}"
     folder.mkdir(exist_ok=True)
     name = f"leases-{generation:06d}.parquet"
     tmp, final = folder / f".{name}.tmp", folder / name
     columns = ", ".join(COLUMN_NAMES)
-    if old is None:  # a month the archive does not hold yet: every staged lease of it is fresh
-        source = f"SELECT {columns} FROM staged WHERE month = {db.quote(month)}"
+    if old is None:  # a month the archive does not hold yet: every staged lease of it is fresh, in file order
+        query = f"SELECT {columns} FROM staged WHERE month = {db.quote(month)}"
     else:
-        source = (f"SELECT * FROM fresh UNION ALL SELECT {columns} "
-                  f"FROM read_parquet({db.quote(directory / old.file)})")
+        query = (f"SELECT {columns} FROM (SELECT * FROM {table} UNION ALL SELECT {columns} "
+                 f"FROM read_parquet({db.quote(directory / old.file)})) ORDER BY start, namespace, name, uid")
     con.execute(
-        f"COPY (SELECT {columns} FROM ({source}) ORDER BY start, namespace, name, uid) TO {db.quote(tmp)} "
+        f"COPY ({query}) TO {db.quote(tmp)} "
         f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP}, "
         f"KV_METADATA {{{db.quote(SCHEMA_KEY)}: {db.quote(str(SCHEMA_VERSION))}}})"
     )

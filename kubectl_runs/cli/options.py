@@ -101,8 +101,9 @@ class GlobalOptions:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
         return None if self.all_namespaces else self.namespace
 
-    def source(self, namespace: str | None, *, queues: bool = False) -> Source:
-        """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold)."""
+    def source(self, namespace: str | None, *, queues: bool = False, lean: bool = False) -> Source:
+        """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold);
+        ``lean``: snapshot files' Workloads as ``WorkloadHead`` where that is fast (`queues usage`)."""
         from ..sources import Source
 
         return Source(
@@ -114,6 +115,7 @@ class GlobalOptions:
             chunk_size=self.chunk_size,
             fallback_namespace=None if self.snapshots else self.object_namespace(),
             queues=queues,
+            lean=lean,
         )
 
     def timeout_seconds(self) -> float | None:
@@ -128,10 +130,10 @@ class GlobalOptions:
             )
         return seconds
 
-    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False) -> Snapshot:
+    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False, lean: bool = False) -> Snapshot:
         from ..sources import load
 
-        snapshot = load(self.source(namespace, queues=queues), stdin)
+        snapshot = load(self.source(namespace, queues=queues, lean=lean), stdin)
         for note in snapshot.notes:
             click.echo(f"note: {note}", err=True)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..errors import UserError
 from ..render import REPORT_FORMATS
 from ..views.queues import usage_document
 from .options import Command, global_options
@@ -51,7 +52,19 @@ class QueuesUsageOptions(Command):
     formats = REPORT_FORMATS
     queues = True
 
+    def load(self) -> Snapshot:
+        # lean: a JSON snapshot's Workloads are read as WorkloadHead, their pod sets decoded when read (pending)
+        return self.opts.load(None, queues=True, lean=True)
+
     def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..kueue.model import PodSetsError
         from ..kueue.usage import queues_usage
 
-        return usage_document(queues_usage(snapshot, cohort=self.cohort, flavor=self.flavor))
+        try:
+            report = queues_usage(snapshot, cohort=self.cohort, flavor=self.flavor)
+        except PodSetsError as exc:
+            # The pod sets a lean load left undecoded are bad: the full load names the file, the object and the
+            # field path (as every other command says it); it cannot pass, but if the files changed meanwhile...
+            self.opts.load(None, queues=True)
+            raise UserError(str(exc)) from None
+        return usage_document(report)

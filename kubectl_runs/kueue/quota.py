@@ -20,7 +20,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -214,13 +214,10 @@ class CohortIssue:
 class Fleet:
     """The Kueue objects of a Snapshot, indexed, with the quota tree built and usage added (once)."""
 
-    def __init__(self, queues: QueueObjects, nodes: tuple[Node, ...], resources: Iterable[str] | None = None,
-                 on_pending: Callable[[Fleet, str, Workload], None] | None = None):
-        """``resources``: count usage of these resources only (`queues usage` needs the GPUs alone); None: all
-        (what `explain workload` needs to assign every resource group). ``on_pending(fleet, cluster_queue,
-        workload)`` is called for each pending workload of a ClusterQueue during the one pass over the
-        workloads, in their order, with the quota tree's quotas already pooled (``QuotaNode.potential`` can be
-        asked then; usage is added after the pass)."""
+    def __init__(self, queues: QueueObjects, nodes: tuple[Node, ...], resources: Iterable[str] | None = None):
+        """``resources``: count usage of these resources only (`queues usage` needs the GPUs alone; it keeps
+        no list of the quota-reserving workloads either); None: all (what `explain workload` needs to assign
+        every resource group). The workloads may be ``WorkloadHead``s where only usage is asked for."""
         self.queues = queues
         self.resources = None if resources is None else tuple(resources)
         self.nodes = nodes
@@ -236,10 +233,10 @@ class Fleet:
         for root in self._roots():
             _pool_quotas(root)
         self.admitted: dict[str, dict[FR, int]] = {}  # ClusterQueue -> flavor/resource -> admitted
-        self.reserving: dict[str, list[Workload]] = {}  # ClusterQueue -> its quota-reserving workloads
+        self.reserving: dict[str, list[Workload]] = {}  # ClusterQueue -> its quota-reserving workloads (resources None)
         self.pending: dict[str, list[Workload]] = {}  # ClusterQueue -> its pending workloads
         self.unqueued: list[Workload] = []  # pending workloads whose LocalQueue or ClusterQueue is missing
-        self._add_workloads(on_pending)
+        self._add_workloads()
         for root in self._roots():
             _pool_usage(root)
 
@@ -275,16 +272,18 @@ class Fleet:
     def _roots(self) -> list[QuotaNode]:
         return [c for c in self.cohorts.values() if c.parent is None]
 
-    def _add_workloads(self, on_pending: Callable[[Fleet, str, Workload], None] | None) -> None:
+    def _add_workloads(self) -> None:
         """One tight pass over every workload (the hot loop of `queues usage` on 50,000 of them): what each holds
-        in its ClusterQueue, and which queue each pending one waits in (and ``on_pending`` on it, while it is
-        at hand)."""
+        in its ClusterQueue, and which queue each pending one waits in. What they hold is tallied first by
+        (ClusterQueue, admitted, flavor, resource, quantity as written), then each distinct quantity is parsed
+        once: many workloads hold the same few sizes."""
         only = self.resources
         nodes = self.nodes_by_name
         cluster_queues = self.cluster_queues
         local_to_cq = {key: lq.spec.cluster_queue for key, lq in self.local_queues.items()}
-        reserving, admitted_by, pending_by = self.reserving, self.admitted, self.pending
+        reserving, pending_by, unqueued = self.reserving, self.pending, self.unqueued
         keep = only is None  # `explain` reads the reserving workloads; `queues usage` needs only their sums
+        held: dict[tuple[str, bool, str, str, object], int] = {}
         for workload in self.queues.workloads:
             status = workload.status
             # Workload.state(), inlined: this loop visits every Workload (bench/bench_queues.py). Keep the two in step.
@@ -302,9 +301,6 @@ class Fleet:
                 cq = admission.cluster_queue
                 if keep:
                     reserving.setdefault(cq, []).append(workload)
-                node = nodes.get(cq)
-                usage = node.usage if node is not None else {}
-                counted = admitted_by.setdefault(cq, {}) if admitted else None
                 for assigned in admission.pod_set_assignments:
                     flavors = assigned.flavors
                     resource_usage = assigned.resource_usage
@@ -315,22 +311,31 @@ class Fleet:
                         flavor = flavors.get(resource)
                         if flavor is None:
                             continue
-                        amount = quantity(value, resource)
-                        key = (flavor, resource)
-                        usage[key] = usage.get(key, 0) + amount
-                        if counted is not None:
-                            counted[key] = counted.get(key, 0) + amount
+                        key = (cq, admitted, flavor, resource, value)
+                        held[key] = held.get(key, 0) + 1
             elif workload.spec.active and not finished:
                 if admission is not None and admission.cluster_queue:
                     name = admission.cluster_queue
                 else:
                     name = local_to_cq.get(f"{workload.metadata.namespace}/{workload.spec.queue_name}")
                 if name is None or name not in cluster_queues:
-                    self.unqueued.append(workload)
+                    unqueued.append(workload)
                 else:
-                    pending_by.setdefault(name, []).append(workload)
-                    if on_pending is not None:
-                        on_pending(self, name, workload)
+                    found = pending_by.get(name)
+                    if found is None:
+                        pending_by[name] = [workload]
+                    else:
+                        found.append(workload)
+        admitted_by = self.admitted
+        for (cq, admitted, flavor, resource, value), times in held.items():
+            amount = quantity(value, resource) * times
+            key = (flavor, resource)
+            node = nodes.get(cq)
+            if node is not None:
+                node.usage[key] = node.usage.get(key, 0) + amount
+            if admitted:
+                counted = admitted_by.setdefault(cq, {})
+                counted[key] = counted.get(key, 0) + amount
 
     # --- questions ---------------------------------------------------------------------------------------
 

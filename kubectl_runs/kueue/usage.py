@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from ..model import Snapshot
 from . import reports
-from .model import ClusterQueue, quantity
+from .assign import affinity_matches, group_of, node_labels_of, untolerated
+from .model import ClusterQueue, decode_pod_sets, quantity
 from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode
 
 MISSING_CLUSTER_QUEUE = "MissingClusterQueue"
@@ -121,9 +122,8 @@ class QueuesUsage:
 def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:
     """The report over the whole snapshot, then the rows asked for: ``cohort`` keeps the ClusterQueues in that
     Cohort's tree, ``flavor`` the rows of that flavor; the arithmetic always covers everything."""
-    demand = PendingDemand()
-    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES, on_pending=demand.add)
-    pending = demand.by_flavor()
+    fleet = Fleet(snapshot.queues, snapshot.nodes, resources=GPU_RESOURCES)
+    pending = pending_demand(fleet)
     rows: list[QueueRow] = []
     for cq in sorted(snapshot.queues.cluster_queues, key=lambda c: c.name):
         node = fleet.nodes_by_name[cq.name]
@@ -191,91 +191,95 @@ def _status_total(usages, fr: FR) -> int | None:
     return None
 
 
-class PendingDemand:
+def pending_demand(fleet: Fleet) -> dict[tuple[str, str, str], tuple[int, int]]:
     """(ClusterQueue, flavor, resource) -> (GPUs, workloads) of the pending workloads, each pod set's GPUs counted
     once: at the first flavor of the queue's order that its pods may use (no untolerated taint, node affinity
-    matches) and that could ever hold the request (the queue's maximum capacity there), else at the first
-    flavor. That is where the demand waits for quota; `explain workload` shows Kueue's full assignment.
+    matches) and that could ever hold the request (the queue's maximum capacity there, counting the workload's
+    earlier pod sets in that flavor), else at the first flavor. That is where the demand waits for quota;
+    `explain workload` shows Kueue's full assignment. A workload asking GPUs in a (flavor, resource) counts once
+    there, however many of its pod sets do.
 
-    Fed by ``Fleet``'s one pass over the workloads (``add`` is its ``on_pending``), so that each pending
-    workload is read while it is at hand rather than in a second pass. The hot loop of `queues usage` (tens of
-    thousands of pending workloads): a pod set without selectors or tolerations, the first of its workload, gets
-    its flavor from a memo keyed by (resource, GPUs)."""
+    The hot loop of `queues usage` (tens of thousands of pending workloads). Where no pod set of a workload has a
+    node selector, node affinity or tolerations, where its GPUs go depends on nothing but its shape — per pod
+    set, (resource, GPUs per pod as written, pods) — so the shapes are counted per queue and each distinct shape
+    is placed once, weighed by its count; other workloads are placed one by one. (tests/unit/test_queues_usage_
+    differential.py checks this against placing every workload by its own requests.)"""
+    out: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for cq_name, workloads in fleet.pending.items():
+        queue = _QueueDemand(fleet, cq_name)
+        shapes: dict[tuple, int] = {}
+        for workload in workloads:
+            entries = _entries(decode_pod_sets(workload))
+            if entries.__class__ is tuple:
+                shapes[entries] = shapes.get(entries, 0) + 1
+            else:
+                queue.place(entries, 1)
+        for shape, times in shapes.items():
+            queue.place(shape, times)
+        for (flavor, resource), (gpus, count) in queue.sums.items():
+            out[(cq_name, flavor, resource)] = (gpus, count)
+    return out
 
-    def __init__(self) -> None:
-        self.queues: dict[str, _QueueDemand] = {}
 
-    def add(self, fleet: Fleet, cq_name: str, workload) -> None:
-        queue = self.queues.get(cq_name)
-        if queue is None:
-            queue = self.queues[cq_name] = _QueueDemand(fleet, cq_name)
-        queue.add(workload)
-
-    def by_flavor(self) -> dict[tuple[str, str, str], tuple[int, int]]:
-        out: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for cq_name, queue in self.queues.items():
-            for (flavor, resource), (gpus, count) in queue.sums.items():
-                out[(cq_name, flavor, resource)] = (gpus, count)
-        return out
+def _entries(pod_sets) -> tuple | list:
+    """Per pod set and GPU resource: (resource, GPUs per pod as written, pods, the pod spec or None). A tuple (a
+    shape: no spec in it) when no pod set has a node selector, node affinity or tolerations, else a list."""
+    entries: list = []
+    plain_all = True
+    for pod_set in pod_sets:
+        spec = pod_set.template.spec
+        plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
+        if not plain:
+            plain_all = False
+        containers = spec.containers
+        if len(containers) == 1 and not spec.init_containers and not spec.overhead:
+            resources = containers[0].resources  # the common case: the quantities as written
+            requests = resources.requests
+            for resource in GPU_RESOURCES:
+                value = requests.get(resource)
+                if value is None:
+                    value = resources.limits.get(resource)
+                    if value is None:
+                        continue
+                entries.append((resource, value, pod_set.count, None if plain else spec))
+        else:
+            for resource, per_pod in _pod_gpus(spec).items():
+                entries.append((resource, per_pod, pod_set.count, None if plain else spec))
+    return tuple(entries) if plain_all else entries
 
 
 class _QueueDemand:
-    """The pending demand of one ClusterQueue, workload by workload."""
+    """The pending demand of one ClusterQueue."""
 
     def __init__(self, fleet: Fleet, cq_name: str) -> None:
         self.fleet = fleet
         self.cq = cq = fleet.cluster_queues[cq_name]
         self.node = fleet.nodes_by_name[cq_name]
         self.orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
-        self.memo: dict[str, dict[int, str]] = {resource: {} for resource in GPU_RESOURCES}
         self.sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
 
-    def add(self, workload) -> None:
-        fleet, cq, node, orders, memo, sums = self.fleet, self.cq, self.node, self.orders, self.memo, self.sums
-        pod_sets = workload.spec.pod_sets
-        so_far: dict[FR, int] | None = {} if len(pod_sets) > 1 else None
-        for pod_set in pod_sets:
-            spec = pod_set.template.spec
-            containers = spec.containers
-            if len(containers) == 1 and not spec.init_containers and not spec.overhead:
-                resources = containers[0].resources  # the common case, without building sets
-                requests, limits = resources.requests, resources.limits
-                gpus_per_pod = {}
-                for resource in GPU_RESOURCES:
-                    value = requests.get(resource)
-                    if value is None:
-                        value = limits.get(resource)
-                        if value is None:
-                            continue
-                    amount = quantity(value, resource)
-                    if amount:
-                        gpus_per_pod[resource] = amount
-            else:
-                gpus_per_pod = _pod_gpus(spec)
-            for resource, per_pod in gpus_per_pod.items():
-                order = orders[resource]
-                if not order:
-                    continue
-                gpus = per_pod * pod_set.count
-                plain = not (spec.node_selector or spec.tolerations or spec.affinity is not None)
-                if plain and not so_far:
-                    sized = memo[resource]
-                    flavor = sized.get(gpus)
-                    if flavor is None:
-                        flavor = sized[gpus] = _first_that_holds(fleet, cq, node, order, resource, gpus, {}, spec, plain)
-                else:
-                    flavor = _first_that_holds(fleet, cq, node, order, resource, gpus, so_far or {}, spec, plain)
-                key = (flavor, resource)
-                entry = sums.get(key)
-                if entry is None:
-                    entry = sums[key] = [0, 0]
-                entry[0] += gpus
-                if so_far is None:
-                    entry[1] += 1
-                else:
-                    if key not in so_far:
-                        entry[1] += 1
-                    so_far[key] = so_far.get(key, 0) + gpus
+    def place(self, entries, times: int) -> None:
+        """Add ``times`` workloads of these entries (``_entries``)."""
+        sums = self.sums
+        so_far: dict[FR, int] = {}  # GPUs of the workload's earlier pod sets per (flavor, resource)
+        for resource, value, count, spec in entries:
+            per_pod = quantity(value, resource)
+            if not per_pod:
+                continue
+            order = self.orders[resource]
+            if not order:
+                continue
+            gpus = per_pod * count
+            flavor = _first_that_holds(self.fleet, self.cq, self.node, order, resource, gpus, so_far, spec,
+                                       spec is None)
+            key = (flavor, resource)
+            entry = sums.get(key)
+            if entry is None:
+                entry = sums[key] = [0, 0]
+            entry[0] += gpus * times
+            if key not in so_far:
+                entry[1] += times
+            so_far[key] = so_far.get(key, 0) + gpus
 
 
 def _pod_gpus(spec) -> dict[str, int]:
@@ -309,8 +313,6 @@ _GPU_SET = frozenset(GPU_RESOURCES)
 def _flavor_order(fleet: Fleet, cq: ClusterQueue, resource: str) -> list[tuple[str, bool, set[str]]]:
     """The flavors of the resource group covering ``resource``, in order: (name, usable by a pod with no
     tolerations, the group's label keys)."""
-    from .assign import group_of, node_labels_of, untolerated
-
     group = group_of(cq, resource)
     if group is None:
         return []
@@ -325,8 +327,6 @@ def _flavor_order(fleet: Fleet, cq: ClusterQueue, resource: str) -> list[tuple[s
 
 def _first_that_holds(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, order, resource: str, gpus: int,
                       so_far: dict[FR, int], spec, plain: bool) -> str:
-    from .assign import affinity_matches, untolerated
-
     for name, usable, keys in order:
         if plain:
             if not usable:

@@ -23,6 +23,7 @@ class Source:
     chunk_size: int | None = None  # objects per list page (kubectl's --chunk-size)
     fallback_namespace: str | None = None  # read this namespace alone when listing every namespace is forbidden
     queues: bool = False  # list Nodes and the Kueue and Kaiwo objects (where their CRDs are installed) instead
+    lean: bool = False  # snapshot files: Workloads as WorkloadHead where the JSON fast path reads them (files.py)
 
     @property
     def live(self) -> bool:
@@ -33,7 +34,7 @@ def load(source: Source, stdin: Any = None) -> Snapshot:
     if source.snapshots:
         from .files import load_snapshot
 
-        return load_snapshot(source.snapshots, stdin).in_namespace(source.namespace)
+        return load_snapshot(source.snapshots, stdin, lean=source.lean).in_namespace(source.namespace)
     from .cluster import load_cluster
 
     return load_cluster(source)

@@ -19,13 +19,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import yaml
 
 from ..errors import UserError
-from ..kueue.model import QUEUE_KINDS, QueueObjects
+from ..kueue.model import LEAN_KINDS, QUEUE_KINDS, QueueObjects
 from ..model import (
     CLUSTER_SCOPED,
     INT64_MAX,
@@ -82,7 +82,22 @@ class _RawList(msgspec.Struct, frozen=True, gc=False):
     items: list[msgspec.Raw] = []
 
 
+_LEAN_KINDS = {**SNAPSHOT_KINDS, **LEAN_KINDS}
+_LeanObject = Union[(*_LEAN_KINDS.values(),)]  # as AnyObject, Workloads as WorkloadHead
+
+
+class _LeanTypedList(msgspec.Struct, frozen=True, gc=False):
+    """The fast path of a lean load: the same, Workloads as WorkloadHead (kubectl_runs.kueue.model)."""
+
+    items: list[_LeanObject]  # type: ignore[valid-type]
+    metadata: _ListMeta = _ListMeta()
+    kind: str = ""
+    api_version: str = msgspec.field(default="", name="apiVersion")
+
+
 _TYPED_LIST = msgspec.json.Decoder(_TypedList)
+_LEAN_TYPED_LIST = msgspec.json.Decoder(_LeanTypedList)
+_KIND_OF = {cls: kind for kind, cls in (*SNAPSHOT_KINDS.items(), *LEAN_KINDS.items())}
 _PEEK = msgspec.json.Decoder(_Peek)
 _RAW_LIST = msgspec.json.Decoder(_RawList)
 _RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
@@ -139,6 +154,10 @@ def _in_order(kind: str, objects: list[Any]) -> bool:
     return _increasing(namespaces)  # each namespace in one run, the runs in order
 
 
+class _ReadInFull(Exception):
+    """A lean load met what its lean records cannot decide (two copies of an object that differ as read)."""
+
+
 class _Collector:
     """Objects from every source, with where each came from.
 
@@ -147,8 +166,9 @@ class _Collector:
     are read once with a note; copies that differ are refused, naming both files (which one is right is not
     ours to guess). From the API server (not strict) a later copy replaces an earlier one."""
 
-    def __init__(self, strict: bool = False) -> None:
+    def __init__(self, strict: bool = False, lean: bool = False) -> None:
         self.strict = strict
+        self.lean = lean
         self.by_kind: dict[str, list[Any]] = {kind: [] for kind in SNAPSHOT_KINDS}  # in the order they came
         self.origins: dict[str, tuple[list[int], list[str]]] = {kind: ([], []) for kind in SNAPSHOT_KINDS}
         self.stamps: list[datetime] = []
@@ -198,6 +218,8 @@ class _Collector:
                 continue
             pair = (self.where(kind, earlier), self.where(kind, index))
             if objects[earlier] != objects[index]:
+                if self.lean:  # lean records of one object differ in their raw bytes or in their type: decide in full
+                    raise _ReadInFull
                 name = key if kind in CLUSTER_SCOPED else "/".join(key)
                 also = f"is also in {pair[0]}" if pair[0] != pair[1] else "is given twice in this file"
                 raise SnapshotError(
@@ -235,9 +257,23 @@ class _Collector:
 # --- entry points -------------------------------------------------------------------------------------------
 
 
-def load_snapshot(paths: Sequence[str], stdin: Any = None) -> Snapshot:
-    """Load every path (a file, a directory, or ``-`` for stdin) into one Snapshot."""
-    collector = _Collector(strict=True)
+def load_snapshot(paths: Sequence[str], stdin: Any = None, *, lean: bool = False) -> Snapshot:
+    """Load every path (a file, a directory, or ``-`` for stdin) into one Snapshot.
+
+    ``lean`` (`queues usage`): a JSON file's Workloads are read as ``WorkloadHead`` (pod sets left undecoded)
+    where the fast path reads the file; YAML and the slow path read them in full. Not from stdin (a lean load
+    that meets two copies of an object that differ as read reads the files again in full, which decides as a
+    full load does; stdin cannot be read twice)."""
+    if lean and "-" not in paths:
+        try:
+            return _load(paths, stdin, lean=True)
+        except _ReadInFull:
+            pass
+    return _load(paths, stdin, lean=False)
+
+
+def _load(paths: Sequence[str], stdin: Any, lean: bool) -> Snapshot:
+    collector = _Collector(strict=True, lean=lean)
     with gc_paused():
         for path in paths:
             for name, data in _read(path, stdin):
@@ -289,7 +325,7 @@ def _load_json(name: str, data: bytes, collector: _Collector) -> None:
         raise SnapshotError(f"{name}: duplicate key {key!r} at line {line} (first given at line {first}): an object "
                             "gives each key once (the API server refuses it)")
     try:
-        typed = _TYPED_LIST.decode(data)
+        typed = (_LEAN_TYPED_LIST if collector.lean else _TYPED_LIST).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         # (msgspec has a depth guard of its own: nesting past Python's recursion limit is a RecursionError, never
         # a crash. A typed List that decodes is as shallow as the model; anything else is checked below.)
@@ -304,7 +340,7 @@ def _load_json(name: str, data: bytes, collector: _Collector) -> None:
 
 def _collect_typed(items: list[Any], collector: _Collector, where: str) -> None:
     for cls, objects in itertools.groupby(items, key=type):  # a List holds its kinds in runs
-        collector.add_many(cls.__name__, objects, where)
+        collector.add_many(_KIND_OF[cls], objects, where)
 
 
 def _check_list_version(name: str, kind: str, api_version: str) -> None:

@@ -27,22 +27,21 @@ def _instant(text: str) -> str:
     return f"TRY_CAST({text} AS TIMESTAMPTZ)"
 
 
-def _plain(text: str) -> str:
+def _plain(text: str, parsed: str) -> str:
     """The loader has read ``text`` as an instant already: its digits are digits, its fields in range."""
     return (f"({text} IS NULL OR ({text} GLOB '????-??-??T??:??:??Z' OR regexp_full_match({text}, '{_PLAIN}')) "
-            f"AND {_instant(text)} IS NOT NULL)")
-
-
-ROW_TEXT_SQL: dict[str, str] = {**ROW_SQL, **{name: _instant(text) for name, text in _INSTANTS.items()}}
+            f"AND {parsed} IS NOT NULL)")
 
 
 def select_rows(source: str) -> str:
     """``SELECT`` the archive's columns, each row's ``month`` (the UTC month of its start) and ``plain``, of every
-    GPULease item of ``source`` (a ``read_json`` with ``columns()``)."""
-    columns = ", ".join(f"{ROW_TEXT_SQL[name]} AS {name}" for name in COLUMN_NAMES)
-    plain = " AND ".join(_plain(text) for text in _INSTANTS.values())
-    return (f"SELECT {columns}, strftime({_instant('spec.start')} AT TIME ZONE 'UTC', '%Y-%m') AS month, "
-            f"{plain} AS plain FROM {source} WHERE kind = 'GPULease'")
+    GPULease item of ``source`` (a ``read_json`` with ``columns()``). Each instant is parsed once."""
+    texts = ", ".join(f"{text} AS {name}_text, {_instant(text)} AS {name}_at" for name, text in _INSTANTS.items())
+    rows = {**ROW_SQL, **{name: f"{name}_at" for name in _INSTANTS}}
+    columns = ", ".join(f"{rows[name]} AS {name}" for name in COLUMN_NAMES)
+    plain = " AND ".join(_plain(f"{name}_text", f"{name}_at") for name in _INSTANTS)
+    return (f"SELECT {columns}, strftime(start_at AT TIME ZONE 'UTC', '%Y-%m') AS month, {plain} AS plain "
+            f"FROM (SELECT *, {texts} FROM {source} WHERE kind = 'GPULease')")
 
 
 def columns() -> str:

@@ -256,22 +256,33 @@ class _QueueDemand:
         self.cq = cq = fleet.cluster_queues[cq_name]
         self.node = fleet.nodes_by_name[cq_name]
         self.orders = {resource: _flavor_order(fleet, cq, resource) for resource in GPU_RESOURCES}
+        # For a pod set with no node selector, affinity or tolerations: the flavors it may use, with the most the
+        # queue could ever get in each (potential, which no usage changes).
+        self.plain = {resource: [(name, _potential(fleet, self.node, (name, resource)))
+                                 for name, usable, _keys in order if usable]
+                      for resource, order in self.orders.items()}
         self.sums: dict[FR, list[int]] = {}  # (flavor, resource) -> [GPUs, workloads]
 
     def place(self, entries, times: int) -> None:
         """Add ``times`` workloads of these entries (``_entries``)."""
-        sums = self.sums
+        sums, orders, plain = self.sums, self.orders, self.plain
         so_far: dict[FR, int] = {}  # GPUs of the workload's earlier pod sets per (flavor, resource)
         for resource, value, count, spec in entries:
             per_pod = quantity(value, resource)
             if not per_pod:
                 continue
-            order = self.orders[resource]
+            order = orders[resource]
             if not order:
                 continue
             gpus = per_pod * count
-            flavor = _first_that_holds(self.fleet, self.cq, self.node, order, resource, gpus, so_far, spec,
-                                       spec is None)
+            if spec is None:  # _first_that_holds, inlined for a pod set with no selector, affinity or tolerations
+                flavor = order[0][0]
+                for name, most in plain[resource]:
+                    if gpus + so_far.get((name, resource), 0) <= most:
+                        flavor = name
+                        break
+            else:
+                flavor = _first_that_holds(self.fleet, self.node, order, resource, gpus, so_far, spec)
             key = (flavor, resource)
             entry = sums.get(key)
             if entry is None:
@@ -325,20 +336,17 @@ def _flavor_order(fleet: Fleet, cq: ClusterQueue, resource: str) -> list[tuple[s
     return order
 
 
-def _first_that_holds(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, order, resource: str, gpus: int,
-                      so_far: dict[FR, int], spec, plain: bool) -> str:
-    for name, usable, keys in order:
-        if plain:
-            if not usable:
-                continue
-        else:
-            flavor = fleet.flavors.get(name)
-            if flavor is None:
-                continue
-            if untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations)) is not None:
-                continue
-            if not affinity_matches(spec, keys, flavor.spec.node_labels):
-                continue
+def _first_that_holds(fleet: Fleet, node: QuotaNode, order, resource: str, gpus: int, so_far: dict[FR, int],
+                      spec) -> str:
+    """The flavor of a pod set whose pods have a node selector, node affinity or tolerations (``spec``)."""
+    for name, _usable, keys in order:
+        flavor = fleet.flavors.get(name)
+        if flavor is None:
+            continue
+        if untolerated(flavor.spec.node_taints, (*spec.tolerations, *flavor.spec.tolerations)) is not None:
+            continue
+        if not affinity_matches(spec, keys, flavor.spec.node_labels):
+            continue
         fr = (name, resource)
         if gpus + so_far.get(fr, 0) <= _potential(fleet, node, fr):
             return name

@@ -346,3 +346,28 @@ def _without_pod_sets(workload: dict) -> dict:
     copy = json.loads(json.dumps(workload))
     copy["spec"]["podSets"] = []
     return copy
+
+
+def test_a_lean_load_of_yaml_and_json_together_and_of_stdin(tmp_path):
+    """YAML is read in full (Workload) beside a JSON file's WorkloadHeads, and the report is the full load's; from
+    stdin (which cannot be read twice) a lean load reads in full."""
+    import io
+
+    import yaml
+
+    items = generate(11)
+    workloads = [i for i in items if i["kind"] == "Workload"]
+    rest = [i for i in items if i["kind"] != "Workload"]
+    half = len(workloads) // 2
+    as_yaml = tmp_path / "some.yaml"
+    as_yaml.write_text(yaml.safe_dump_all(workloads[:half]))
+    as_json = write(tmp_path, [*rest, *workloads[half:]], "rest.json")
+    lean = load_snapshot([str(as_yaml), as_json], lean=True)
+    assert {type(w) for w in lean.queues.workloads} == {Workload, WorkloadHead}
+    assert queues_usage(lean).to_json() == queues_usage(load_snapshot([str(as_yaml), as_json])).to_json()
+
+    path = write(tmp_path, items)
+    data = (tmp_path / "fleet.json").read_bytes()
+    from_stdin = load_snapshot(["-"], stdin=io.BytesIO(data), lean=True)
+    assert all(type(w) is Workload for w in from_stdin.queues.workloads)
+    assert queues_usage(from_stdin).to_json() == queues_usage(load_snapshot([path], lean=True)).to_json()

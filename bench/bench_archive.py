@@ -300,14 +300,24 @@ def main(argv: list[str] | None = None) -> int:
         child(argv[1:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.bench_archive", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--history", required=True, help="a bench.generate --history DIR (10M leases)")
-    parser.add_argument("--small", required=True, help="a bench.generate --history DIR of about 1M leases")
+    parser.add_argument("--history", help="a bench.generate --history DIR (10M leases)")
+    parser.add_argument("--small", help="a bench.generate --history DIR of about 1M leases")
+    parser.add_argument("--snapshot", metavar="FILE",
+                        help="only the writer: archive-1m-vs-decode on this JSON snapshot (as snapshot_of makes "
+                        "of --small), no history needed")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--product-limit", type=int, default=1_500_000,
                         help="run the full-history product commands only on histories up to this many leases")
     parser.add_argument("--only", default="", metavar="NAMES",
                         help=f"comma-separated measurements to run (of {', '.join(JOBS)}, archive-1m-vs-decode)")
     args = parser.parse_args(argv)
+    if args.snapshot:
+        print(f"snapshot {args.snapshot}: {os.path.getsize(args.snapshot) / 1e6:,.0f} MB", file=sys.stderr, flush=True)
+        results = [in_child("archive-1m-vs-decode", args.rounds, snapshot=args.snapshot)]
+        print(json.dumps(results, indent=1))
+        return 0
+    if not args.history or not args.small:
+        parser.error("--history and --small are required (or --snapshot FILE for the writer alone)")
     ONLY.update(name for name in args.only.split(",") if name)
     results = []
     for label, history in (("history", args.history), ("small", args.small)):

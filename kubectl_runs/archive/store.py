@@ -7,7 +7,8 @@ the crash tests):
 
 1. ``cleaned``: files of an earlier run that no manifest lists (it was killed) are deleted;
 2. ``staged``: the new leases go to ``.staging/leases.jsonl`` (their JSON lines), which DuckDB reads into rows
-   (archive/staging.py);
+   (archive/staging.py) — or, from a JSON snapshot file, DuckDB has read them from the file already
+   (archive/snapshot_rows.py, ``archive_staged``);
 3. ``partition``: for each month with leases the archive does not hold yet, the month's file is rewritten
    (old rows + new rows, sorted) under a new name: a temporary file, fsync, rename, fsync of the directory;
 4. ``manifest``: the new manifest replaces the old one atomically — the commit point;
@@ -163,10 +164,43 @@ def archive(
         _keep_empty(directory)
         return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
     con = db.connect()
-    staging = directory / STAGING
-    staged, rows = _stage(con, staging, closed)
+    staged, rows = _stage(con, directory / STAGING, closed)
     crash_point("staged")
+    return _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later, archived_at=archived_at,
+                  before=before, gpus=gpus)
 
+
+def archive_staged(
+    directory: Path,
+    con,
+    *,
+    open_: int,
+    later: int,
+    archived_at: datetime,
+    before: datetime | None = None,
+    gpus: Mapping[str, int] | None = None,
+) -> ArchiveResult:
+    """The same, for leases that DuckDB holds already as the table or view ``staged`` of ``con`` (the archive's
+    columns and ``month``, closed leases only, one row per key, in file order: archive/snapshot_rows.py);
+    ``open_`` and ``later`` count the leases it left out."""
+    manifest = open_for_writing(directory)
+    removed = remove(strays(directory, manifest), directory)
+    crash_point("cleaned")
+    staged = con.execute("SELECT month, count(*) FROM staged GROUP BY month ORDER BY month").fetchall()
+    rows = sum(count for _month, count in staged)
+    if not rows:
+        _keep_empty(directory)
+        return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
+    crash_point("staged")
+    return _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later, archived_at=archived_at,
+                  before=before, gpus=gpus)
+
+
+def _write(con, directory: Path, manifest: Manifest, staged: list[tuple[str, int]], rows: int, removed: list[str],
+           *, open_: int, later: int, archived_at: datetime, before: datetime | None,
+           gpus: Mapping[str, int] | None) -> ArchiveResult:
+    """Steps 3 to 5: the months with new leases rewritten, the manifest replaced, what it no longer lists deleted."""
+    staging = directory / STAGING
     generation = manifest.generation + 1
     partitions = {p.month: p for p in manifest.partitions}
     work: list[tuple[str, Partition | None, str]] = []  # (month, its old partition, the table of its new rows)
@@ -288,6 +322,8 @@ def _write_months(con, directory: Path, work: list[tuple[str, Partition | None, 
         cursor = getattr(local, "cursor", None)
         if cursor is None:
             cursor = local.cursor = con.cursor()
+            cursor.execute("SET TimeZone = 'UTC'")
+            cursor.execute("SET preserve_insertion_order = true")  # a month's rows in the order ``staged`` has them
         month, old, table = item
         part = _write_month(cursor, directory, month, old, table, generation)
         crash_point("partition")

@@ -20,7 +20,7 @@ from ..timeutil import parse_time, rfc3339
 from ..views.archive import archive_document, verify_document
 from ..views.audit import audit_document
 from ..views.periods import periods_document
-from .options import Command, GlobalOptions, global_options
+from .options import LOADED, Command, GlobalOptions, global_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -205,15 +205,51 @@ class ArchiveOptions(Command):
         if self.prune and self.opts.snapshots:
             raise UsageError("--prune deletes leases from the cluster: it cannot be used with --snapshot")
 
+    def run(self, ctx: click.Context) -> int:
+        """From one JSON snapshot file, DuckDB reads the leases from the file while the loader checks them
+        (archive/snapshot_rows.py); from the cluster, or from other files, they are loaded as by every command."""
+        self.complete(GlobalOptions.of(ctx))
+        self.validate()
+        if len(self.opts.snapshots) != 1:
+            return super().run(ctx)
+        from ..archive import snapshot_rows
+
+        read = snapshot_rows.read(self.opts.snapshots[0])
+        if read is None:
+            return super().run(ctx)
+        try:
+            snapshot = read.snapshot.in_namespace(self.opts.report_namespace())
+            self.opts.announce(snapshot)
+            LOADED[:] = [snapshot]  # freed when the process exits, as GlobalOptions.load keeps it
+            document = self.evaluate(snapshot) if read.con is None else self._archive_rows(read, snapshot)
+        finally:
+            read.close()
+        self.opts.print(document, self.fmt)
+        return self.exit_code()
+
     def load(self) -> Snapshot:
         return self.opts.load(self.opts.report_namespace())
+
+    def _archive_rows(self, read, snapshot: Snapshot) -> Document:
+        """``evaluate`` for leases DuckDB holds already (``read.con``): the same archive, the same report."""
+        from ..archive import store, summary
+
+        at, limit, gpus = self._when(snapshot)
+        open_, later = read.stage(self.opts.report_namespace(), limit)
+        result = store.archive_staged(Path(self.to), read.con, open_=open_, later=later, archived_at=at,
+                                      before=limit, gpus=gpus)
+        return archive_document(summary.archive_report(result, 0, []))
+
+    def _when(self, snapshot: Snapshot) -> tuple[datetime, datetime | None, dict[str, int]]:
+        """The archive run's time, its --before (None: every closed lease) and the fleet's GPUs per flavor."""
+        at = self.opts.evaluation_time(snapshot)
+        limit = _time(self.before, at, "--before") if self.before else None
+        return at, limit, fleet_gpus(snapshot)
 
     def evaluate(self, snapshot: Snapshot) -> Document:
         from ..archive import store, summary
 
-        at = self.opts.evaluation_time(snapshot)
-        limit = _time(self.before, at, "--before") if self.before else None
-        gpus = fleet_gpus(snapshot)
+        at, limit, gpus = self._when(snapshot)
         paused = gc.isenabled()
         gc.disable()
         try:

@@ -134,12 +134,17 @@ class GlobalOptions:
         from ..sources import load
 
         snapshot = load(self.source(namespace, queues=queues, lean=lean), stdin)
-        for note in snapshot.notes:
-            click.echo(f"note: {note}", err=True)
+        self.announce(snapshot)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a
         # second that a CLI need not spend, since the process exits right after (entrypoint: os._exit).
         LOADED[:] = [snapshot]
         return snapshot
+
+    @staticmethod
+    def announce(snapshot: Snapshot) -> None:
+        """The snapshot's notes (objects ignored or read once), one line each on stderr."""
+        for note in snapshot.notes:
+            click.echo(f"note: {note}", err=True)
 
     def evaluation_time(self, snapshot: Snapshot | None = None) -> datetime:
         """``--at``, else the snapshot's stamp, else the wall clock read at start-up (API.md §2)."""

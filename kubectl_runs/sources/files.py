@@ -281,6 +281,25 @@ def _load(paths: Sequence[str], stdin: Any, lean: bool) -> Snapshot:
         return collector.snapshot()
 
 
+def load_file(name: str, data: bytes) -> Snapshot:
+    """One file's bytes (already read, named ``name``) into a Snapshot, as ``load_snapshot`` reads a file."""
+    collector = _Collector(strict=True)
+    with gc_paused():
+        load_document(name, data, collector)
+        return collector.snapshot()
+
+
+def read_file(path: str) -> tuple[str, bytes] | None:
+    """(name, bytes) of ``path`` when it is one file (not ``-``, not a directory), as ``load_snapshot`` reads it;
+    None otherwise, or when it cannot be read (``load_snapshot`` then says why)."""
+    if path == "-" or os.path.isdir(path):
+        return None
+    try:
+        return next(_read(path, None))
+    except SnapshotError:
+        return None
+
+
 def load_document(name: str, data: bytes, collector: _Collector) -> None:
     """One file's bytes: JSON when it starts with ``{`` or ``[``, otherwise YAML."""
     head = data.lstrip()[:1]

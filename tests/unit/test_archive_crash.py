@@ -5,6 +5,7 @@ the archive an uninterrupted run writes, with nothing left over."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,10 +14,11 @@ from datetime import timedelta
 
 import pytest
 from archive_fleets import fleet_objects, history
-from builders import T0, write_fleet
+from builders import T0, to_manifest, write_fleet
 
 from kubectl_runs.archive import reader
 from kubectl_runs.archive.store import CRASH_ENV
+from kubectl_runs.model import snapshot_document
 from kubectl_runs.timeutil import EARLIEST, LATEST
 
 # the second run adds leases to months the first one wrote and to new ones: two or more partitions rewritten
@@ -45,14 +47,30 @@ def held(leases) -> list[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def snapshots(tmp_path_factory):
+    """YAML (the leases loaded, then staged as JSON lines) and JSON (DuckDB reads the leases from the file,
+    archive/snapshot_rows.py)."""
     base = tmp_path_factory.mktemp("crash")
-    return (write_fleet(base / "first.yaml", [*fleet_objects(), *FIRST]),
-            write_fleet(base / "second.yaml", [*fleet_objects(), *SECOND]))
+    out = {"yaml": (write_fleet(base / "first.yaml", [*fleet_objects(), *FIRST]),
+                    write_fleet(base / "second.yaml", [*fleet_objects(), *SECOND]))}
+    out["json"] = tuple(_as_json(base / f"{name}.json", objects) for name, objects in (("first", FIRST),
+                                                                                         ("second", SECOND)))
+    return out
 
 
-@pytest.mark.parametrize("crash", ["cleaned", "staged", "partition:1", "partition:2", "manifest", "done"])
-def test_a_run_killed_after_each_step_converges(tmp_path, snapshots, crash):
-    first, second = snapshots
+def _as_json(path, leases) -> str:
+    document = snapshot_document([to_manifest(o) for o in [*fleet_objects(), *leases]],
+                                 (T0 + timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+STEPS = ["cleaned", "staged", "partition:1", "partition:2", "manifest", "done"]
+
+
+@pytest.mark.parametrize(("form", "crash"), [*(("yaml", step) for step in STEPS),
+                                             *(("json", step) for step in ("staged", "partition:2", "manifest"))])
+def test_a_run_killed_after_each_step_converges(tmp_path, snapshots, form, crash):
+    first, second = snapshots[form]
     directory = tmp_path / "archive"
     assert archive(directory, first).returncode == 0
     before = keys(directory)

@@ -1,0 +1,219 @@
+"""``leases archive --snapshot FILE.json`` with DuckDB reading the leases from the file itself
+(kubectl_runs/archive/snapshot_rows.py, snapshot_sql.py) while the loader checks them: the rows are exactly
+``schema.row_of``'s, the archive is the one the loaded leases give, a bad lease is refused in the loader's own
+words with nothing written, and whatever the rows cannot stand for exactly (copies of a lease, a nested List,
+an instant spelled unusually, a cut of the text in the wrong place) is archived from the loader's leases."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from archive_fleets import fleet_objects, history
+from builders import T0, lease, run_cli, to_manifest, write_fleet
+from test_archive_staging import _SELECT, CASES
+
+from kubectl_runs.archive import reader, schema, snapshot_rows
+from kubectl_runs.model import snapshot_document
+from kubectl_runs.sources.files import SnapshotError, load_snapshot
+from kubectl_runs.timeutil import EARLIEST, LATEST
+
+AT = (T0 + timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_json(path: Path, objects: list, *, items: list[dict] | None = None, indent: int | None = None) -> str:
+    """The objects as one JSON List, stamped AT (as `snapshot save` or `kubectl get -o json` write it)."""
+    document = snapshot_document([to_manifest(o) for o in objects] + (items or []), AT)
+    path.write_text(json.dumps(document, indent=indent))
+    return str(path)
+
+
+def rows_of(path: str) -> list[tuple]:
+    read = snapshot_rows.read(path)
+    assert read is not None and read.con is not None, "DuckDB did not read the leases"
+    try:
+        return read.con.execute(f"SELECT {_SELECT}, month FROM lease_rows ORDER BY name").fetchall()
+    finally:
+        read.close()
+
+
+def archived(directory: Path) -> dict:
+    leases = reader.leases_between([reader.open_archive(directory)], EARLIEST, LATEST)
+    return {(x.metadata.namespace, x.metadata.name, x.metadata.uid): schema.row_of(x) for x in leases}
+
+
+def by_loader(target: Path, *paths: str, args: tuple[str, ...] = ()) -> Path:
+    """The archive of the loaded leases (the path every other input takes: here the same objects as YAML),
+    written by the same command, one run per snapshot."""
+    for i, path in enumerate(paths):
+        code = run_main(["leases", "archive", "--to", str(target), "--snapshot", _as_yaml(target.parent, path, i),
+                         "--at", AT, *args])
+        assert code == 0
+    return target
+
+
+def run_main(argv: list[str]) -> int:
+    from kubectl_runs.cli.main import main
+
+    return main(argv)
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_every_column_is_what_row_of_makes(tmp_path, indent):
+    path = write_json(tmp_path / "s.json", CASES, indent=indent)
+    rows = rows_of(path)
+    expected = sorted((schema.row_of(x) for x in CASES), key=lambda r: r.name)
+    assert len(rows) == len(expected)
+    for got, want in zip(rows, expected, strict=True):
+        assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(want)), want.name
+        assert got[-1] == schema.month_of(want.start)
+
+
+def test_defaults_written_out_read_as_left_out(tmp_path):
+    """A hand-written lease that spells out what msgspec leaves out (and null where the model takes it)."""
+    item = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease",
+            "metadata": {"name": "spelled", "namespace": "default", "uid": "", "generation": 3,
+                         "resourceVersion": "12", "creationTimestamp": "2025-10-01T00:00:00Z",
+                         "labels": {"a": "b"}, "annotations": {}, "managedFields": [{"x": 1}]},
+            "spec": {"owner": "org:team", "runRef": {"namespace": "team", "name": "r0"}, "group": 0,
+                     "flavor": "H100", "slice": {"slots": ["n0#0"], "role": "Active"},
+                     "start": "2025-10-01T00:00:00.5+02:00", "reason": "Start", "paidBy": None},
+            "status": {"closed": True, "ended": "2025-10-02T00:00:00Z", "closureReason": None, "preemption": None}}
+    path = write_json(tmp_path / "s.json", [], items=[item])
+    [got] = rows_of(path)
+    [want] = load_snapshot([path]).leases
+    assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(schema.row_of(want)))
+
+
+def test_the_archive_is_the_loaded_leases_archive(tmp_path):
+    leases = history(21, 600, days=90)
+    path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases])
+    target = tmp_path / "fast"
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT]) == 0
+    assert snapshot_rows.read(path).con is not None
+    slow = by_loader(tmp_path / "slow", path)
+    assert archived(target) == archived(slow)
+    assert reader.open_archive(target).manifest.runs[-1].gpus == reader.open_archive(slow).manifest.runs[-1].gpus
+
+    # again: nothing added; a later snapshot merges into the months, as the loaded leases do
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT]) == 0
+    assert reader.open_archive(target).manifest.generation == 1
+    more = write_json(tmp_path / "more.json", [*fleet_objects(), *leases[:100], *history(22, 300, prefix="m")])
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", more, "--at", AT]) == 0
+    both = by_loader(tmp_path / "both", path, more)
+    assert archived(target) == archived(both)
+    assert [(p.month, p.leases) for p in reader.open_archive(target).manifest.partitions] == \
+        [(p.month, p.leases) for p in reader.open_archive(both).manifest.partitions]
+
+
+@pytest.mark.parametrize("args", [["--before", "20d"], ["-n", "team"], ["-n", "sub", "--before", "35d"]])
+def test_namespace_and_before_as_the_loaded_leases(tmp_path, capsys, args):
+    path = write_json(tmp_path / "s.json", [*fleet_objects(), *history(23, 400, days=60)])
+    code, out, err = run_cli(capsys, "leases", "archive", "--to", str(tmp_path / "fast"), "--snapshot", path,
+                             "--at", AT, "-o", "json", *args)
+    assert (code, err) == (0, "")
+    fast = json.loads(out)
+    code, out, _ = run_cli(capsys, "leases", "archive", "--to", str(tmp_path / "slow"), "--snapshot",
+                           _as_yaml(tmp_path, path, 0), "--at", AT, "-o", "json", *args)
+    slow = json.loads(out)
+    for key in ("added", "open", "endedAfterBefore", "months", "leases"):
+        assert fast[key] == slow[key], key
+    assert archived(tmp_path / "fast") == archived(tmp_path / "slow")
+
+
+def _as_yaml(directory: Path, path: str, i: int) -> str:
+    snapshot = load_snapshot([path])
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_fleet(directory / f"as-{i}.yaml", [*snapshot.nodes, *snapshot.budgets, *snapshot.runs,
+                                                     *snapshot.leases])
+
+
+BAD = [
+    ('"group": 0', '"group": "0"'),
+    ('"group": 0', '"group": 1.5'),
+    ('"owner": "org:team"', '"owner": 7'),
+    ('"owner": "org:team"', '"owner": ""'),
+    ('"role": "Active"', '"role": "Idle"'),
+    ('"closed": true', '"closed": "true"'),
+    ('"ended": "2025-09-02T00:00:00Z"', '"ended": "2025-09-01T24:00:00Z"'),
+    ('"ended": "2025-09-02T00:00:00Z"', '"ended": "2025-09-02 00:00:00"'),
+    ('"slots": ["n0#0"]', '"slots": []'),
+    ('"slots": ["n0#0"]', '"slots": ["n0#0", 1]'),
+    ('"namespace": "team", "uid"', '"namespace": null, "uid"'),
+    ('"status": {', '"status": null, "x": {'),
+    ('"runRef": {"namespace": "team", "name": "r0"}, ', ''),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), BAD)
+def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsys, old, new):
+    good = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease",
+            "metadata": {"name": "bad", "namespace": "team", "uid": "u-1"},
+            "spec": {"owner": "org:team", "runRef": {"namespace": "team", "name": "r0"}, "group": 0,
+                     "flavor": "H100", "slice": {"slots": ["n0#0"], "role": "Active"},
+                     "start": "2025-09-01T00:00:00Z", "reason": "Start"},
+            "status": {"closed": True, "ended": "2025-09-02T00:00:00Z"}}
+    text = json.dumps(good)
+    assert old in text
+    path = tmp_path / "s.json"
+    document = snapshot_document([to_manifest(x) for x in history(24, 50)] + [good], AT)
+    path.write_text(json.dumps(document).replace(text, text.replace(old, new)))
+    with pytest.raises(SnapshotError) as refused:
+        load_snapshot([str(path)])
+    target = tmp_path / "archive"
+    code, out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", str(path))
+    assert (code, out, err) == (1, "", f"error: {refused.value}\n")
+    assert not target.exists()
+
+
+def test_what_the_rows_cannot_stand_for_is_archived_from_the_loaded_leases(tmp_path, capsys):
+    leases = history(25, 200)
+    copy = to_manifest(leases[3])
+    odd = to_manifest(leases[5])
+    odd["spec"]["start"] = odd["spec"]["start"].replace("Z", ".1234567Z")  # 7 digits: msgspec rounds, DuckDB cuts
+    nested = {"apiVersion": "v1", "kind": "List", "items": [to_manifest(lease("nested", ended=T0))]}
+    for name, extra in (("copy", [copy]), ("odd", [odd]), ("nested", [nested])):
+        path = write_json(tmp_path / f"{name}.json", [*fleet_objects(), *leases[:5], *leases[6:]], items=extra)
+        read = snapshot_rows.read(path)
+        assert read is not None and read.con is None, name  # the loader's leases, not DuckDB's rows
+        read.close()
+        target = tmp_path / name
+        code, _out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT)
+        assert code == 0, err
+        want = {(x.metadata.namespace, x.metadata.name, x.metadata.uid): schema.row_of(x)
+                for x in load_snapshot([path]).leases if x.status.closed}
+        assert archived(target) == {k: v for k, v in want.items() if v.ended is not None and v.ended > v.start}
+
+
+def test_a_cut_inside_a_string_still_reads_right(tmp_path, monkeypatch):
+    """The text is cut where "}, {" stands; inside a string that cut cannot parse, and the items are read whole."""
+    leases = [lease(f"l{i}", owner='org:"}, {" team', ended=T0 + timedelta(hours=1)) for i in range(40)]
+    path = write_json(tmp_path / "s.json", leases)
+    monkeypatch.setattr(snapshot_rows, "PIECE_BYTES", 200)
+    read = snapshot_rows.read(path)
+    assert read is not None
+    try:
+        got = {} if read.con is None else dict(read.con.execute("SELECT name, owner FROM lease_rows").fetchall())
+    finally:
+        read.close()
+    assert got in ({}, {f"l{i}": 'org:"}, {" team' for i in range(40)})
+    monkeypatch.setattr(snapshot_rows, "PIECE_BYTES", 64)
+    target = tmp_path / "a"
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT]) == 0
+    assert {k[1]: v.owner for k, v in archived(target).items()} == {f"l{i}": 'org:"}, {" team' for i in range(40)}
+
+
+def test_pieces_cut_at_item_boundaries(tmp_path, monkeypatch):
+    leases = history(26, 300)
+    path = write_json(tmp_path / "s.json", leases, indent=1)
+    monkeypatch.setattr(snapshot_rows, "PIECE_BYTES", 4096)
+    text = json.loads(Path(path).read_text())
+    raw = msgspec.Raw(json.dumps(text["items"], indent=1).encode())
+    with snapshot_rows._pieces(raw) as files:
+        assert len(files) == snapshot_rows.MAX_PIECES
+        parsed = [item for f in files for item in json.loads(Path(f).read_text())]
+    assert parsed == text["items"]
+    assert len(rows_of(path)) == len(leases)

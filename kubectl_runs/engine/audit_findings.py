@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from itertools import compress, count, groupby
-from operator import attrgetter
+from itertools import compress, count, groupby, repeat
+from operator import attrgetter, ge
 
 from ..model import Snapshot
 from ..text import counted
@@ -126,7 +126,8 @@ def ledger_findings(
     open outside its window. Each lease keeps its earliest finding of each kind, said with its instant."""
     evaluations: list[tuple[datetime, list[int]]] = []
     if hi_at > since:
-        end_open = [i for i, e in enumerate(win.ends) if e >= win.hi and win.leases[i].open_at(hi_at)]
+        reach = compress(count(), map(ge, win.ends, repeat(win.hi)))  # held up to the window's end (C-level)
+        end_open = [i for i in reach if win.leases[i].open_at(hi_at)]
         evaluations.append((hi_at, end_open))
     else:
         evaluations.append((hi_at, []))

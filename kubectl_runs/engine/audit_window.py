@@ -259,6 +259,10 @@ def group_indices(keys: Iterable) -> dict:
     A window usually has few distinct keys per dimension (owners, envelopes, flavors): each key's indices then
     come from one C-level comparison pass over the keys instead of a Python step per entry."""
     keys = keys if isinstance(keys, list) else list(keys)
+    if keys and keys[0] == keys[-1] and keys.count(keys[0]) == len(keys):
+        # One key (one owner, one payer): a C-level count, which compares identical values by identity (clip makes
+        # equal values one object), instead of hashing every key.
+        return {keys[0]: list(range(len(keys)))}
     distinct = dict.fromkeys(keys)
     if len(distinct) == 1:
         return {next(iter(distinct)): list(range(len(keys)))}

@@ -1,15 +1,23 @@
 """The findings of ``leases audit --archive`` over the audit window's DuckDB view (archive/relation.py): the same
 findings as the JSON path on the same leases, without a Python object per archived lease.
 
+Slot lists are the expensive column (a list of strings per lease): they are read twice, once grouped into the
+window's distinct lists (exactly: ``_lists``) and once hashed into ``audit_findings_spans``, a narrow temp table
+of one row per lease (list hash, start, end, GPUs, payer hash: ``_spans``) that the clash sweep, the envelopes'
+bounds and the choice of the leases to read again share. Leases are read again at their starts only (an IN
+list of constants the Parquet scan prunes row groups with: ``_by_start``).
+
 ``DoubleBooked`` is computed in SQL; every other kind depends on a small part of the window that SQL can find
 (engine/audit.py ``window_findings``), so DuckDB selects that part and the unchanged engine runs on it alone:
 
 * ``DoubleBooked`` (``double_booked_findings``): the slots held twice at one instant are found by a sweep in
   order of start (a lease that starts before the previous lease's end clashes; half-open intervals) — per slot
-  list for a list that shares no slot with another (no unnesting: a history of fixed partitions is swept lease
-  by lease), per slot for the others (``_Lists``) — and only the rows of the lists holding such a slot are swept
-  again for the episodes (engine/audit_slots.py ``_episodes``), grouped per node as the engine groups them and
-  said by the engine's ``double_booked``: no lease is rebuilt, so 100,000 leases piled on one slot cost one query;
+  list over the spans for a list that shares no slot with another (no list is read: a history of fixed
+  partitions is swept lease by lease), per slot for the others (``_Lists``) — and only the rows holding such a
+  slot are read again for the episodes (engine/audit_slots.py ``_episodes``): of a list sharing no slot, only
+  its leases that overlap another of its leases (the others are in no episode). Episodes are grouped per node as
+  the engine groups them and said by the engine's ``double_booked``: no lease is rebuilt, so 100,000 leases
+  piled on one slot cost one query;
 * ``UnknownNode``, ``UnknownRun``, ``UnknownEnvelope`` are findings of one lease each: the leases whose slot
   list holds a slot the snapshot's nodes do not have (judged once per distinct list), naming a run it does not
   have (unless closed as the run went away), or charged to an envelope it does not have;
@@ -22,13 +30,14 @@ findings as the JSON path on the same leases, without a Python object per archiv
   is taken, and the leases open at the end of the window.
 
 The bounds only fall when leases are left out, so the engine on the union of those leases finds exactly the
-findings (and ledger instants) it finds on the whole window.
+findings (and ledger instants) it finds on the whole window. ``gpus`` is the number of slots (archive/schema.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from typing import NamedTuple
 
 from ..engine.accounting import BORROWED, lends_to, relation
 from ..engine.audit import window_findings
@@ -46,6 +55,13 @@ _RUNS = "audit_findings_runs"
 _PAYERS = "audit_findings_payers"
 _PEAKS = "audit_findings_peak_members"
 _CLASH = "audit_findings_clashing_slots"
+_SPANS = "audit_findings_spans"  # one narrow row per lease of the window (``_spans``)
+
+# How a slot list is hashed: DuckDB's 64-bit hash, every list of the window found exactly (``_lists``), so that a
+# collision only makes the lists concerned swept per slot. (The tests replace it with a hash that collides.)
+_LIST_HASH = "hash(slots)"
+
+_FETCH_BY_START = 5_000  # up to this many distinct starts, the view is read at those starts only (``_by_start``)
 
 EnvelopeKey = tuple[str, str, str]
 
@@ -58,28 +74,30 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     ``snapshot`` gives the nodes, runs and budgets, and the live leases (their rows in the view are the live
     copies)."""
     lo_us, hi_us = micros(since), micros(hi_at)
-    # One scan for three groupings: per envelope and owner (the ledger's bounds), per run reference, per slot list.
-    rows = _query(con, f"SELECT GROUPING(owner), GROUPING(run_name), payer_namespace, paid_by_budget, paid_by_envelope, "
-                       f"owner, count(*), sum(len(slots)), min(held_from_us), max(held_until_us), "
-                       f"sum(held_until_us - held_from_us), hash(payer_namespace, paid_by_budget, paid_by_envelope), "
-                       f"run_namespace, run_name, slots, hash(slots) FROM {view} GROUP BY GROUPING SETS "
-                       f"((payer_namespace, paid_by_budget, paid_by_envelope, owner), (run_namespace, run_name), (slots))")
-    groups = [row[2:12] for row in rows if not row[0]]
-    refs = [(row[12], row[13]) for row in rows if row[0] and not row[1]]
+    # One scan of the narrow columns for two groupings: per envelope and owner (the ledger's bounds), per run.
+    rows = _query(con, f"SELECT GROUPING(owner), payer_namespace, paid_by_budget, paid_by_envelope, owner, count(*), "
+                       f"sum(gpus), min(held_from_us), max(held_until_us), sum(held_until_us - held_from_us), "
+                       f"hash(payer_namespace, paid_by_budget, paid_by_envelope), run_namespace, run_name FROM {view} "
+                       f"GROUP BY GROUPING SETS ((payer_namespace, paid_by_budget, paid_by_envelope, owner), "
+                       f"(run_namespace, run_name))")
+    groups = [row[1:11] for row in rows if not row[0]]
+    refs = [(row[11], row[12]) for row in rows if row[0]]
     in_window = sum(row[4] for row in groups)
     part: list[GPULease] = []
     found: list[Finding] = []
     if in_window:
-        lists = _Lists([(row[14], row[15]) for row in rows if row[0] and row[1]])
+        lists = _lists(con, view)
+        runs = _unknown_runs(snapshot, refs)
+        _spans(con, view, runs)
         unknown = lists.unknown(snapshot)
-        clashing, holding = lists.clashing(con, view)
+        clashing, holding = lists.clashing(con, view, lo_us)
         found = double_booked_findings(con, view, clashing, holding)
         if namespace is not None:
             found = [f for f in found if f.namespace == namespace]
         payers = _unknown_payers(snapshot, groups)
         if ledger_at_starts:
             payers += _suspect_payers(con, view, snapshot, groups, lo_us, hi_us)
-        part = _part(con, view, snapshot, hi_us, unknown, _unknown_runs(snapshot, refs), payers)
+        part = _part(con, view, snapshot, hi_us, unknown, runs, payers)
     sub = replace(snapshot, leases=tuple(part))
     win = clip(sub.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     said: list[str] = []
@@ -91,13 +109,58 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     return sort_findings([*found, *others]), instants
 
 
+def _spans(con, view: str, runs: list[tuple[str, str]]) -> None:
+    """The temp table ``audit_findings_spans``: one narrow row per lease of the window, made by the one scan
+    that hashes every slot list, shared by the scans that would each hash them again (the clash sweep, the
+    envelopes' bounds, finding the leases to fetch):
+
+    * ``h``: DuckDB's hash of the slot list (``_Lists`` knows which lists each hash stands for);
+    * ``start_us``, ``e`` (``held_until_us``), ``g`` (``gpus``: the number of slots);
+    * ``k``: the hash of the paying envelope's key (NULL: unfunded);
+    * ``r``: the hash of the run reference when ``runs`` (the unknown ones) are to be judged and the lease is
+      not closed as its run went away (NULL otherwise).
+
+    A lease's rows are found again by ``start`` (the Parquet files are sorted by it: ``_fetch``)."""
+    gone = ", ".join(f"'{reason}'" for reason in sorted(RUN_GONE_REASONS))
+    judged = (f"CASE WHEN coalesce(NOT closed OR closure_reason IS NULL OR closure_reason NOT IN ({gone}), false) "
+              f"THEN hash(run_namespace, run_name) END") if runs else "NULL::UBIGINT"
+    _query(con, f"CREATE OR REPLACE TEMP TABLE {_SPANS} AS SELECT {_LIST_HASH} AS h, start_us, held_until_us AS e, "
+                f"gpus AS g, CASE WHEN paid_by_budget IS NOT NULL THEN hash(payer_namespace, paid_by_budget, "
+                f"paid_by_envelope) END AS k, {judged} AS r FROM {view}", fetch=False)
+
+
+def _starts(con, query: str, params: list | None = None) -> list[int] | None:
+    """The distinct ``start_us`` of the rows of ``query``; None when there are more than ``_FETCH_BY_START`` of
+    them (a scan filtered by so many instants gains nothing)."""
+    found = _query(con, f"SELECT DISTINCT start_us FROM ({query}) LIMIT {_FETCH_BY_START + 1}", params)
+    return None if len(found) > _FETCH_BY_START else sorted(x for (x,) in found)
+
+
+def _by_start(starts: list[int] | None) -> str:
+    """A filter of the view's rows on ``start`` (a conjunct: ``"true"`` when ``starts`` is None): one IN list of
+    constants, which DuckDB pushes into the Parquet scan, so that only the rows it keeps are decoded whole."""
+    if starts is None:
+        return "true"
+    if not starts:
+        return "false"
+    return "start IN (" + ", ".join(f"make_timestamp({x})::TIMESTAMPTZ" for x in starts) + ")"
+
+
 def _part(con, view: str, snapshot: Snapshot, hi_us: int, lists: list[int], runs: list[tuple[str, str]],
           payers: list[EnvelopeKey]) -> list[GPULease]:
     """The leases of the window the findings other than ``DoubleBooked`` depend on (module docstring), in the
     order of a loaded snapshot (namespace, name; a live lease before an archived one). ``lists``: hashes of the
-    slot lists to take (a list whose hash collides with another's takes that one's leases too)."""
+    slot lists to take (a list whose hash collides with another's takes that one's leases too). The spans
+    (hashes) say which starts can hold such a lease; the view is then read at those starts only."""
     _register(con, _RUNS, ("ref_namespace", "ref_name"), runs)
     _register(con, _PAYERS, ("key_namespace", "key_budget", "key_envelope"), payers)
+    starts = _starts(
+        con,
+        f"SELECT start_us FROM {_SPANS} WHERE e >= {hi_us} OR k IN (SELECT hash(key_namespace, key_budget, key_envelope) FROM {_PAYERS}) "
+        f"OR r IN (SELECT hash(ref_namespace, ref_name) FROM {_RUNS})"
+        + (" OR h IN (SELECT unnest(?::UBIGINT[]))" if lists else ""),
+        [lists] if lists else None,
+    )
     gone = ", ".join(f"'{reason}'" for reason in sorted(RUN_GONE_REASONS))
     rows = _query(
         con,
@@ -105,9 +168,9 @@ def _part(con, view: str, snapshot: Snapshot, hi_us: int, lists: list[int], runs
         f"LEFT JOIN {_RUNS} ON ref_namespace = run_namespace AND ref_name = run_name "
         f"LEFT JOIN {_PAYERS} ON key_namespace = payer_namespace AND key_budget = paid_by_budget "
         f"AND key_envelope = paid_by_envelope "
-        f"WHERE held_until_us >= {hi_us} OR key_namespace IS NOT NULL "
+        f"WHERE {_by_start(starts)} AND (held_until_us >= {hi_us} OR key_namespace IS NOT NULL "
         f"OR (ref_namespace IS NOT NULL AND (NOT closed OR closure_reason IS NULL OR closure_reason NOT IN ({gone})))"
-        + (" OR hash(slots) IN (SELECT unnest(?::UBIGINT[]))" if lists else ""),
+        + (f" OR {_LIST_HASH} IN (SELECT unnest(?::UBIGINT[])))" if lists else ")"),
         [lists] if lists else None,
     )
     return _leases(snapshot, rows)
@@ -127,6 +190,11 @@ def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
 
 
 # --- slots: DoubleBooked, UnknownNode ----------------------------------------------------------------------
+
+
+def _lists(con, view: str) -> _Lists:
+    """The window's distinct slot lists, exactly, each with its hash."""
+    return _Lists(_query(con, f"SELECT slots, {_LIST_HASH} FROM {view} GROUP BY slots"))
 
 
 class _Lists:
@@ -159,48 +227,85 @@ class _Lists:
                     break
         return sorted(out)
 
-    def clashing(self, con, view: str) -> tuple[dict[str, str], list[int]]:
-        """Every slot held twice at one instant (slot -> node), and the hashes of the lists holding one. In
-        order of start, a lease that starts before the previous lease's end (of its list, or of its slot for
-        shared lists) clashes: half-open intervals."""
-        exclusive = [h for _held, h in self.rows if h not in self.shared]
+    def clashing(self, con, view: str, lo_us: int) -> tuple[dict[str, str], _Holding]:
+        """Every slot held twice at one instant (slot -> node), and which rows hold them. In order of start, a
+        lease that starts before the previous lease's end (of its list, or of its slot for shared lists)
+        clashes: half-open intervals. The lists sharing no slot are swept over the spans (no list is read)."""
         slots: set[str] = set()
-        if exclusive:
-            flagged = {h for (h,) in _query(
-                con, f"SELECT DISTINCT h FROM (SELECT h, held_from_us < lag(held_until_us) OVER (PARTITION BY h "
-                     f"ORDER BY held_from_us) AS clash FROM (SELECT hash(slots) AS h, held_from_us, held_until_us "
-                     f"FROM {view}) WHERE h IN (SELECT unnest(?::UBIGINT[]))) WHERE clash", [exclusive])}
-            slots.update(x for held, h in self.rows if h in flagged for x in held)
+        flagged: list[int] = []
+        starts: list[int] | None = []
+        if len(self.shared) < len(self.rows):  # some lists are exclusive: swept per list, over the spans
+            held_from = f"greatest(start_us, {lo_us})"
+            flagged = sorted(h for (h,) in _query(
+                con, f"SELECT DISTINCT h FROM (SELECT h, s < lag(e) OVER (PARTITION BY h ORDER BY s) AS clash FROM "
+                     f"(SELECT h, {held_from} AS s, e FROM {_SPANS}"
+                     + (" WHERE h NOT IN (SELECT unnest(?::UBIGINT[]))" if self.shared else "") + ")) WHERE clash",
+                [sorted(self.shared)] if self.shared else None))
+            chosen = set(flagged)
+            slots.update(x for held, h in self.rows if h in chosen for x in held)
+            if flagged:
+                # A row of such a list that overlaps no other row of it is in no episode (never a holder of an
+                # overlap either): only the rows overlapping another are read again.
+                starts = _starts(
+                    con, f"SELECT start_us FROM (SELECT start_us, s < max(e) OVER (PARTITION BY h ORDER BY s ROWS BETWEEN "
+                         f"UNBOUNDED PRECEDING AND 1 PRECEDING) OR e > lead(s) OVER (PARTITION BY h ORDER BY s) "
+                         f"AS involved FROM (SELECT h, start_us, {held_from} AS s, e FROM {_SPANS} "
+                         f"WHERE h IN (SELECT unnest(?::UBIGINT[])))) WHERE involved", [flagged])
         if self.shared:
             slots.update(x for (x,) in _query(
                 con, f"SELECT DISTINCT slot FROM (SELECT slot, held_from_us < lag(held_until_us) OVER (PARTITION BY "
                      f"slot ORDER BY held_from_us) AS clash FROM (SELECT unnest(slots) AS slot, held_from_us, "
-                     f"held_until_us FROM {view} WHERE hash(slots) IN (SELECT unnest(?::UBIGINT[])))) WHERE clash",
+                     f"held_until_us FROM {view} WHERE {_LIST_HASH} IN (SELECT unnest(?::UBIGINT[])))) WHERE clash",
                 [sorted(self.shared)]))
-        holding = sorted({h for held, h in self.rows if any(x in slots for x in held)})
-        return {x: split_slot(x)[0] for x in slots}, holding
+        shared = sorted({h for held, h in self.rows if h in self.shared and any(x in slots for x in held)})
+        return {x: split_slot(x)[0] for x in slots}, _Holding(flagged, starts, shared)
 
 
-def double_booked_findings(con, view: str, clashing: dict[str, str], lists: list[int]) -> list[Finding]:
-    """The ``DoubleBooked`` findings of the slots in ``clashing`` (slot -> node; ``lists``: the hashes of the
-    slot lists holding them, whose leases alone are unnested), from their episodes swept in SQL
+class _Holding(NamedTuple):
+    """The rows holding a clashing slot: of the exclusive lists ``flagged`` (hashes) those starting at
+    ``starts`` (epoch µs; None: all of them), and every row of the shared lists ``shared``."""
+
+    flagged: list[int]
+    starts: list[int] | None
+    shared: list[int]
+
+    def select(self, view: str) -> tuple[str, list]:
+        """The view's rows holding a clashing slot (``namespace, name, uid, start_us, held_from_us,
+        held_until_us, slot``: one row per slot), with the query's parameters."""
+        columns = (f"SELECT namespace, name, uid, start_us, held_from_us, held_until_us, unnest(slots) AS slot "
+                   f"FROM {view} WHERE ")
+        parts, params = [], []
+        if self.flagged:
+            parts.append(f"{columns}{_by_start(self.starts)} AND {_LIST_HASH} IN (SELECT unnest(?::UBIGINT[]))")
+            params.append(self.flagged)
+        if self.shared:
+            parts.append(f"{columns}{_LIST_HASH} IN (SELECT unnest(?::UBIGINT[]))")
+            params.append(self.shared)
+        return " UNION ALL ".join(parts), params
+
+
+def double_booked_findings(con, view: str, clashing: dict[str, str], holding: _Holding) -> list[Finding]:
+    """The ``DoubleBooked`` findings of the slots in ``clashing`` (slot -> node; ``holding``: the rows holding
+    them, which alone are unnested), from their episodes swept in SQL
     (engine/audit_slots.py ``_episodes``, docs/archive.md's query): per slot in order of start (then end and
     key: a total order, so that every window sees ties alike), a lease that starts before the latest end so far
     shares the slot with the lease holding it longest (the *holder*) until the earlier end; those overlaps,
     merged where they touch, are the episodes, and an episode's leases are its overlapping leases and their
-    holders (a holder that starts inside an episode, when overlaps touch, is one of them too). The slots of one node with the same episode — same interval, same leases — are one finding,
-    said by the engine's ``double_booked``."""
+    holders (a holder that starts inside an episode, when overlaps touch, is one of them too). A lease that
+    overlaps no other lease on the slot changes none of this, so the rows read may leave it out. The slots of one
+    node with the same episode — same interval, same leases — are one finding, said by the engine's
+    ``double_booked``."""
     if not clashing:
         return []
     _register(con, _CLASH, ("slot", "node"), sorted(clashing.items()))
     order = "s, e, h, namespace, name, uid"  # h: cheap to compare; the names only on a tie of hashes
     before = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
+    rows_holding, params = holding.select(view)
     rows = _query(con, f"""
 WITH held AS (
   SELECT DISTINCT namespace, name, uid, start_us, held_from_us AS s, held_until_us AS e, slot, node,
                   hash(namespace, name, uid) AS h
-  FROM (SELECT namespace, name, uid, start_us, held_from_us, held_until_us, unnest(slots) AS slot FROM {view}
-        WHERE hash(slots) IN (SELECT unnest(?::UBIGINT[])))
+  FROM ({rows_holding})
   JOIN {_CLASH} USING (slot)),
 swept AS (
   SELECT *, max(e) OVER w AS held_until,
@@ -220,7 +325,7 @@ episodes AS (
                                  || list(held_by))) AS leases
   FROM islands GROUP BY slot, episode)
 SELECT node, lo, hi, list(slot ORDER BY slot), len(leases), [x.lease FOR x IN leases[1:4]]
-FROM episodes GROUP BY node, lo, hi, leases""", [lists])
+FROM episodes GROUP BY node, lo, hi, leases""", params)
     return [double_booked(lo / 1e6, hi / 1e6, held, first, slots) for _node, lo, hi, slots, held, first in rows]
 
 
@@ -258,8 +363,8 @@ def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_
     suspects: set[tuple[str, str]] = set()
     totals = {key: sum(o[2] for o in owners) for key, owners in per_envelope.items()}
     over = [key for key, total in totals.items() if total > envelopes[key][1].concurrency]
-    bounds = _bounds(con, view, [hashes[key] for key in over], [o for key in over for o in per_envelope[key]],
-                     hi_us - lo_us)
+    bounds = _bounds(con, [hashes[key] for key in over], [o for key in over for o in per_envelope[key]], lo_us,
+                     hi_us)
     env_peaks: dict[EnvelopeKey, int] = {}  # an upper bound of the engine's (bounded) peak of each envelope
     peaks_wanted: list[tuple[int, EnvelopeKey, str]] = []  # (group id, envelope, owner)
     lending_groups: dict[EnvelopeKey, int] = {}
@@ -298,7 +403,7 @@ def _suspect_payers(con, view: str, snapshot: Snapshot, groups: list[tuple], lo_
     return sorted(key for key in per_envelope if key[:2] in suspects)
 
 
-def _bounds(con, view: str, hashes: list[int], owners: list[tuple], span_us: int) -> dict[int, int]:
+def _bounds(con, hashes: list[int], owners: list[tuple], lo_us: int, hi_us: int) -> dict[int, int]:
     """An upper bound of the peak of GPUs charged to each envelope (by the hash of its key; envelopes whose
     hashes collide share one bound, the larger): time is cut into buckets, and the GPUs of the leases held during
     a bucket bound what is held at any instant of it. Buckets are twice the leases' mean length (at least a
@@ -308,13 +413,12 @@ def _bounds(con, view: str, hashes: list[int], owners: list[tuple], span_us: int
         return {}
     leases = sum(o[1] for o in owners)
     mean = sum(o[5] for o in owners) // max(leases, 1)
-    width = max(span_us // 256, 2 * mean, 1)
+    width = max((hi_us - lo_us) // 256, 2 * mean, 1)
     rows = _query(
         con,
         f"SELECT k, max(g) FROM (SELECT k, b, sum(g) AS g FROM (SELECT k, g, unnest(range(s // {width}, "
-        f"(e - 1) // {width} + 1)) AS b FROM (SELECT hash(payer_namespace, paid_by_budget, paid_by_envelope) AS k, "
-        f"len(slots) AS g, held_from_us AS s, held_until_us AS e FROM {view} WHERE paid_by_budget IS NOT NULL) "
-        f"WHERE k IN (SELECT unnest(?::UBIGINT[]))) GROUP BY k, b) GROUP BY k",
+        f"(e - 1) // {width} + 1)) AS b FROM (SELECT k, g, greatest(start_us, {lo_us}) AS s, e FROM {_SPANS} "
+        f"WHERE k IN (SELECT unnest(?::UBIGINT[])))) GROUP BY k, b) GROUP BY k",
         [hashes],
     )
     return {k: int(bound) for k, bound in rows}
@@ -329,7 +433,7 @@ def _peaks(con, view: str, wanted: list[tuple[int, EnvelopeKey, str]]) -> dict[i
               [(gid, *key, owner) for gid, key, owner in wanted], types=("BIGINT",))
     rows = _query(
         con,
-        f"WITH m AS (SELECT gid, held_from_us AS s, held_until_us AS e, len(slots) AS g FROM {view} AS v "
+        f"WITH m AS (SELECT gid, held_from_us AS s, held_until_us AS e, gpus AS g FROM {view} AS v "
         f"JOIN {_PEAKS} AS p ON p.namespace = v.payer_namespace AND p.budget = v.paid_by_budget "
         f"AND p.envelope = v.paid_by_envelope AND p.owner = v.owner), "
         f"ev AS (SELECT gid, s AS t, g AS d FROM m UNION ALL SELECT gid, e AS t, -g AS d FROM m) "

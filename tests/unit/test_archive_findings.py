@@ -19,6 +19,7 @@ from builders import T0, at, budget, envelope, lease, node, run, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import kubectl_runs.archive.findings as findings_module
 from kubectl_runs.archive import db, reader, relation, store
 from kubectl_runs.archive.findings import findings
 from kubectl_runs.engine.audit import audit
@@ -231,6 +232,34 @@ def test_an_unbound_namespace_with_no_lease_in_the_window(tmp_path):
     want, got = both(fleet, set(), at(hours=500), at(hours=600), tmp_path, at_=at(hours=700))
     assert got == want
     assert [f.kind for f in want[0]] == ["UnboundNamespace"]
+
+
+# --- hash collisions, rows read again by start or by a whole scan ---------------------------------------------
+
+
+@pytest.mark.parametrize("list_hash", ["hash(slots)", "hash(len(slots))"])
+@pytest.mark.parametrize("by_start", [0, 3, 5_000])
+def test_colliding_list_hashes_and_reading_by_start(tmp_path, monkeypatch, list_hash, by_start):
+    """The findings do not depend on the slot lists' hashes being distinct (``hash(len(slots))`` makes every list
+    of one length collide: each collision is read again exactly, those lists are swept per slot), nor on how the
+    rows to judge are read again: at their starts (up to ``_FETCH_BY_START`` of them) or by a whole scan."""
+    monkeypatch.setattr(findings_module, "_LIST_HASH", list_hash)
+    monkeypatch.setattr(findings_module, "_FETCH_BY_START", by_start)
+    planted = sorted((x for case in PLANTED.values() for x in case), key=_key)
+    cases = [(snapshot(*NODES, BUDGET, run("r"), *planted), planted, at(hours=-2000), at(hours=2000), at(hours=150)),
+             (snapshot(*NODES, BUDGET, run("r"), *planted), planted, at(hours=15), at(hours=35), at(hours=150)),
+             (FLEET, LEASES, *WINDOWS["whole"], AT), (FLEET, LEASES, *WINDOWS["across"], AT)]
+    for fleet, leases, since, until, at_ in cases:
+        for live in ({_key(x) for x in leases if not x.status.closed}, closed_before(leases, since + (until - since) / 2)):
+            want, got = both(fleet, live, since, until, tmp_path, at_=at_)
+            assert got == want
+    if list_hash != "hash(slots)":  # the collisions happened
+        store.archive(tmp_path / "a", [x for x in planted if x.status.closed], archived_at=at(hours=150))
+        con = db.connect()
+        relation.define(con, [reader.open_archive(tmp_path / "a")], [], at(hours=-2000), at(hours=150))
+        lists = findings_module._lists(con, relation.VIEW)
+        assert len({h for _held, h in lists.rows}) < len(lists.rows) == len({held for held, _h in lists.rows})
+        assert lists.shared == {h for _held, h in lists.rows}
 
 
 # --- random fleets --------------------------------------------------------------------------------------------

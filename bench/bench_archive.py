@@ -165,7 +165,9 @@ def _archive_vs_decode(snapshot: str, rounds: int) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"name": "archive-1m-vs-decode", "kind": "product", "decode": decodes, "seconds": archives,
             "median": statistics.median(archives), "decode_median": statistics.median(decodes),
-            "ratio": statistics.median(a / d for a, d in zip(archives, decodes, strict=True)), "rss": rss_mb()}
+            "ratio": statistics.median(a / d for a, d in zip(archives, decodes, strict=True)), "rss": rss_mb(),
+            # the loader runs in a child process on Linux (archive/snapshot_rows.py): its peak RSS apart
+            "child_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
 def _rows(fleet: str, archive: str, since: str | None = None, every: str | None = None) -> None:
@@ -236,7 +238,8 @@ def in_child(name: str, rounds: int, **args) -> dict | None:
     result = json.loads(done.stdout.splitlines()[-1])
     line = f"{name:28} {result['kind']:8} median {result['median']:8.3f} s  peak RSS {result['rss']:8,.0f} MB"
     if "ratio" in result:
-        line += f"  decode {result['decode_median']:.3f} s  archive ÷ decode {result['ratio']:.2f}"
+        line += (f"  decode {result['decode_median']:.3f} s  archive ÷ decode {result['ratio']:.2f}"
+                 f"  (loader process peak RSS {result.get('child_rss', 0):,.0f} MB)")
     print(line, file=sys.stderr, flush=True)
     return result
 

@@ -4,18 +4,24 @@ json writes indented text with its pure-Python encoder (its C encoder has no ind
 most of the rendering time of a report with thousands of findings. Here a container whose items are all scalars
 (strings, numbers, booleans, null) — a finding, a row — is written by json's C encoder in one call, with the
 newline and indentation of its level as the item separator; only containers that hold containers are walked in
-Python. Anything else (keys that are not strings, no C encoder) is handed to ``json.dumps`` itself.
+Python. A list of such dicts whose values are strings, integers, booleans and nulls only (the findings) is
+written by msgspec in one call and indented by it (``msgspec.json.format``), which writes exactly what json
+writes for those (floats are left to json: the two spell exponents differently). Anything else (keys that are
+not strings, no C encoder) is handed to ``json.dumps`` itself.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from itertools import chain
 from json import encoder as _json
 from typing import Any
 
 INDENT = 2
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+# What msgspec writes exactly as json does (ints of any size are tried: msgspec refuses those past 64 bits).
+_SAME_IN_MSGSPEC = frozenset({str, int, bool, type(None)})
 
 
 class _Unusual(Exception):
@@ -90,6 +96,16 @@ class _Writer:
         if not value:
             chunks.append("[]")
             return
+        if type(value) is list and _flat_records(value):
+            import msgspec  # (here: `kubectl runs version` writes JSON without importing it)
+
+            try:
+                text = msgspec.json.format(msgspec.json.encode(value), indent=INDENT).decode()
+            except (TypeError, OverflowError, ValueError, UnicodeError):  # an int past 64 bits, a lone surrogate
+                pass
+            else:  # (no string holds a newline once encoded: each newline is the formatter's)
+                chunks.append(text.replace("\n", "\n" + " " * (INDENT * level)) if level else text)
+                return
         inner = "\n" + " " * (INDENT * (level + 1))
         if type(value) in (list, tuple) and all(type(v) in _SCALARS for v in value):
             text = "".join(self.encoder(level + 1)(value, 0))
@@ -102,3 +118,12 @@ class _Writer:
             first = False
             self.write(item, level + 1)
         chunks.append("\n" + " " * (INDENT * level) + "]")
+
+
+def _flat_records(value: list) -> bool:
+    """A list of plain dicts with string keys and only strings, ints, booleans and nulls as values (checked by
+    C-level passes, not a Python step per item)."""
+    if not set(map(type, value)) <= {dict}:
+        return False
+    return set(map(type, chain.from_iterable(value))) <= {str} and set(
+        map(type, chain.from_iterable(map(dict.values, value)))) <= _SAME_IN_MSGSPEC

@@ -5,7 +5,7 @@ engine/audit_window.py. The findings about runs, envelopes and the ledger are en
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from itertools import accumulate, chain, compress, count, islice, takewhile
@@ -23,10 +23,10 @@ NO_NODES_NOTE = "the snapshot has no Nodes: slots were not checked against nodes
 
 
 def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_booked: bool = True) -> list[Finding]:
-    """Work per distinct slot list (each list is hashed once per lease) and per node. A cheap exact test per
-    node says whether any slot of it is held by two leases at once (``_node_may_double_book``); only the nodes
-    where one is are swept for their episodes (``_double_booked``), so the findings are those of a search of
-    every node."""
+    """Work per distinct slot (each parsed once), per distinct slot list (each list is hashed once per lease) and
+    per node. A cheap exact test per node says whether any slot of it is held by two leases at once
+    (``_node_may_double_book``); only the nodes where one is are swept for their episodes (``_double_booked``),
+    so the findings are those of a search of every node."""
     out: list[Finding] = []
     if not win.leases:
         return out
@@ -34,23 +34,28 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
     if not nodes:
         notes.append(NO_NODES_NOTE)
     _list_ids, members = win.slot_lists()
-    per_node: dict[str, list[tuple[int, list[str]]]] = {}  # node -> (slot list id, its slots on this node)
-    node_of: dict[str, str] = {}
-    valid: set[str] = set()
-    for list_id in members:
-        unknown: list[str] = []
-        held = win.slots[list_id]
-        if len(set(held)) != len(held):  # a slot named twice in one lease is held once by it
-            held = tuple(dict.fromkeys(held))
-        for node, node_slots in nodes_of(held, node_of).items():
+    lists = list(map(win.slots.__getitem__, members))  # the distinct slot lists, by their first holder
+    node_of, bad = _slot_nodes(lists, nodes)
+    get_node = node_of.__getitem__
+    per_node: dict[str, list[tuple[int, Sequence[str]]]] = {}  # node -> (slot list id, its slots on this node)
+    for list_id, held in zip(members, lists, strict=True):
+        if len(held) == 1:
+            parts: Iterable[tuple[str, Sequence[str]]] = ((get_node(held[0]), held),)
+        else:
+            if len(set(held)) != len(held):  # a slot named twice in one lease is held once by it
+                held = tuple(dict.fromkeys(held))
+            on = list(map(get_node, held))
+            # The usual slot list is on one node: no per-slot work in Python.
+            parts = ((on[0], held),) if on.count(on[0]) == len(on) else nodes_of(held, node_of).items()
+        for node, node_slots in parts:
             on_node = per_node.get(node)
             if on_node is None:
                 per_node[node] = [(list_id, node_slots)]
             else:
                 on_node.append((list_id, node_slots))
-            if nodes:
-                unknown.extend(_unknown_slots(node, node_slots, nodes, valid))
-        if unknown:
+        if bad and not bad.isdisjoint(held):
+            unknown = [said for node, node_slots in nodes_of(held, node_of).items()
+                       for said in _unknown_slots(node, node_slots, nodes)]
             for i in members[list_id]:
                 lease = win.leases[i]
                 if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
@@ -65,7 +70,28 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
     return out
 
 
-def _piled_up(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> list[Finding] | None:
+def _slot_nodes(lists: list[tuple[str, ...]], nodes: dict) -> tuple[dict[str, str], set[str]]:
+    """Each distinct slot of these lists parsed once: its node, and the slots that name no GPU of a node in the
+    snapshot (none are checked when the snapshot has no nodes)."""
+    node_of: dict[str, str] = {}
+    bad: set[str] = set()
+    gpus: dict[str, int | None] = {}  # node -> its GPUs (None: not in the snapshot)
+    for slot in set().union(*lists):
+        node, ordinal = split_slot(slot)
+        node_of[slot] = node
+        if not nodes:
+            continue
+        if node in gpus:
+            count_gpus = gpus[node]
+        else:
+            known = nodes.get(node)
+            count_gpus = gpus[node] = None if known is None else known.gpus
+        if count_gpus is None or ordinal is None or ordinal >= count_gpus:
+            bad.add(slot)
+    return node_of, bad
+
+
+def _piled_up(win: Window, entries: list[tuple[int, Sequence[str]]], members: dict[int, list[int]]) -> list[Finding] | None:
     """The DoubleBooked findings of a node whose leases are all held at one common instant (the last start
     comes before the first end: the usual pile-up), or None when they are not.
 
@@ -123,7 +149,7 @@ def _by_start_and_name(win: Window, idx: list[int]) -> list[int]:
     return order
 
 
-def _node_may_double_book(win: Window, entries: list[tuple[int, list[str]]], members: dict[int, list[int]]) -> bool:
+def _node_may_double_book(win: Window, entries: list[tuple[int, Sequence[str]]], members: dict[int, list[int]]) -> bool:
     """Whether two leases hold one slot of this node at the same instant (exact, not a bound).
 
     Leases whose slots on the node are the same set double-book iff two of them overlap in time. When the node
@@ -162,18 +188,13 @@ def _node_may_double_book(win: Window, entries: list[tuple[int, list[str]]], mem
     return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
 
 
-def _unknown_slots(node: str, slots: list[str], nodes: dict, valid: set[str] | None = None) -> list[str]:
-    """What is wrong with these slots of one node ([] = nothing). ``valid`` collects slots already found
-    valid, so that each slot is parsed once however many slot lists hold it."""
+def _unknown_slots(node: str, slots: Sequence[str], nodes: dict) -> list[str]:
+    """What is wrong with these slots of one node ([] = nothing)."""
     known = nodes.get(node)
     if known is None:
         return [f"{node} (not in the snapshot)"]
-    if valid is not None and valid.issuperset(slots):
-        return []
     gpus = known.gpus
     bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
-    if valid is not None:
-        valid.update(s for s in slots if s not in bad)
     if bad:
         return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
     return []
@@ -201,7 +222,7 @@ def _overlaps(win: Window, idx: list[int]) -> bool:
     return not all(map(le, islice(ends, len(ends) - 1), islice(starts, 1, None)))
 
 
-def _atoms(slot_lists: Iterable[list[str]]) -> dict[tuple[int, ...], list[str]]:
+def _atoms(slot_lists: Iterable[Sequence[str]]) -> dict[tuple[int, ...], list[str]]:
     """The node's *atoms*: its slots grouped by exactly which of ``slot_lists`` (by position) hold them."""
     holders: dict[str, list[int]] = {}
     for n, slots in enumerate(slot_lists):
@@ -217,7 +238,7 @@ def _atoms(slot_lists: Iterable[list[str]]) -> dict[tuple[int, ...], list[str]]:
     return atoms
 
 
-def _double_booked(win: Window, entries: list[tuple[list[str], list[int]]]) -> list[Finding]:
+def _double_booked(win: Window, entries: list[tuple[Sequence[str], list[int]]]) -> list[Finding]:
     """The double bookings on one node, one finding per conflict: slots whose holders overlap in time are
     grouped by *episode* — a maximal time interval during which two or more leases hold the slot — and the
     slots of the node with the same episode (same interval, same leases) make one finding, which counts the

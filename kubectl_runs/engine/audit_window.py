@@ -85,8 +85,8 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     Histories are mostly leases that closed long before the window: a cheap test on each lease's status comes
     first, and the same loop reads every field the report needs from the leases kept while each is at hand (one
     pass over each record is what costs: reading the same records column by column is about twice as slow).
-    The same loop groups the leases by slot list (``Window.slot_lists``) and makes equal owners, payers and run
-    references one object each, while each lease's fields are in the cache: the later passes that hash or
+    The same loop groups the leases by slot list (``Window.slot_lists``), makes equal owners, payers and run
+    references one object each and keys each lease's payer (``audit_findings.payers``), while each lease's fields are in the cache: the later passes that hash or
     compare them then find each value already hashed, and equal values identical."""
     lo, hi = lo_at.timestamp(), hi_at.timestamp()
     win = Window(lo=lo, hi=hi)
@@ -100,6 +100,11 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     by_list: dict[tuple[str, ...], list[int]] = {}  # slot list -> the window leases that hold it
     one: dict = {}  # one object per distinct owner, payer, run namespace and run name
     same = one.setdefault
+    last_owner = last_namespace = last_name = ""
+    last_paid: PaidBy | None = None
+    payers: list[tuple[str, str, str] | None] = []  # (namespace, budget, envelope) charged; None = unfunded
+    payer = payer_paid = None
+    payer_namespace = ""
     n = 0
     for lease in leases:
         status = lease.status
@@ -137,16 +142,35 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
             holding.append(n)
             list_ids.append(holding[0])
         n += 1
+        # Consecutive leases are mostly of one run (a List is sorted by name: a run's groups are in a row), so each
+        # value is first compared with the last one's, which hashes nothing.
         owner = spec.owner
-        owners.append(same(owner, owner))
+        if owner != last_owner:
+            last_owner = same(owner, owner)
+        owners.append(last_owner)
         paid = spec.paid_by
-        paid_by.append(same(paid, paid))
+        if paid != last_paid:
+            last_paid = same(paid, paid)
+        paid_by.append(last_paid)
         ref = spec.run_ref
         namespace, name = ref.namespace, ref.name
-        run_namespaces.append(same(namespace, namespace))
-        run_names.append(same(name, name))
+        if namespace != last_namespace:
+            last_namespace = same(namespace, namespace)
+        run_namespaces.append(last_namespace)
+        if name != last_name:
+            last_name = same(name, name)
+        run_names.append(last_name)
+        if last_paid is not payer_paid or last_namespace is not payer_namespace:  # (interned: by identity)
+            payer_paid, payer_namespace = last_paid, last_namespace
+            if last_paid is None:
+                payer = None
+            else:  # a paidBy without a namespace names an envelope in the run's namespace
+                key = (last_paid.namespace or last_namespace, last_paid.budget, last_paid.envelope)
+                payer = same(key, key)
+        payers.append(payer)
     win.gpus = list(map(len, slots))
-    win._columns.update(owner=owners, paid_by=paid_by, run_namespace=run_namespaces, run_name=run_names, begin=begins,
+    win._columns.update(owner=owners, paid_by=paid_by, payer=payers, run_namespace=run_namespaces, run_name=run_names,
+                        begin=begins,
                         slot_ids=[list_ids, {idx[0]: idx for idx in by_list.values()}])
     return win
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import count, repeat
+from operator import attrgetter, itemgetter
 
 from .codes import FindingKind
 
@@ -40,6 +42,18 @@ class Finding:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Stable, readable order: by kind as listed in KINDS, then lease, then detail."""
-    rank = {kind: i for i, kind in enumerate(KINDS)}
-    return sorted(set(findings), key=lambda f: (rank.get(f.kind, len(KINDS)), f.lease or "", f.detail))
+    """Stable, readable order: by kind as listed in KINDS, then lease, then detail; equal findings once (the
+    first of them). A report can have thousands: the keys are made and compared by C-level passes, with no
+    Python step per finding (``Finding``'s own hash and comparisons are Python functions)."""
+    triples = list(map(_COMPARED, findings))  # what Finding's eq and hash compare
+    unique = dict(zip(reversed(triples), reversed(findings), strict=True))  # (reversed: the first of equal ones)
+    kept = list(unique.values())
+    kinds, leases, details = zip(*unique, strict=True) if unique else ((), (), ())
+    ranks = map(_RANK.get, kinds, repeat(len(KINDS)))
+    order = sorted(zip(ranks, map(_NO_LEASE.get, leases, leases), details, count()))
+    return list(map(kept.__getitem__, map(itemgetter(3), order)))
+
+
+_COMPARED = attrgetter("kind", "lease", "detail")
+_RANK = {kind: i for i, kind in enumerate(KINDS)}
+_NO_LEASE = {None: ""}

@@ -56,6 +56,8 @@ _PAYERS = "audit_findings_payers"
 _PEAKS = "audit_findings_peak_members"
 _CLASH = "audit_findings_clashing_slots"
 _SPANS = "audit_findings_spans"  # one narrow row per lease of the window (``_spans``)
+_LISTS = "audit_findings_lists"  # the slot lists of the first rows, each with its hash (``_spans``)
+_SAMPLE = 100_000  # the rows whose lists are grouped before the one scan of every list
 
 # How a slot list is hashed: DuckDB's 64-bit hash, every list of the window found exactly (``_lists``), so that a
 # collision only makes the lists concerned swept per slot. (The tests replace it with a hash that collides.)
@@ -86,9 +88,8 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     part: list[GPULease] = []
     found: list[Finding] = []
     if in_window:
-        lists = _lists(con, view)
         runs = _unknown_runs(snapshot, refs)
-        _spans(con, view, runs)
+        lists = _spans(con, view, runs)
         unknown = lists.unknown(snapshot)
         clashing, holding = lists.clashing(con, view, lo_us)
         found = double_booked_findings(con, view, clashing, holding)
@@ -109,24 +110,40 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     return sort_findings([*found, *others]), instants
 
 
-def _spans(con, view: str, runs: list[tuple[str, str]]) -> None:
-    """The temp table ``audit_findings_spans``: one narrow row per lease of the window, made by the one scan
-    that hashes every slot list, shared by the scans that would each hash them again (the clash sweep, the
-    envelopes' bounds, finding the leases to fetch):
+def _spans(con, view: str, runs: list[tuple[str, str]]) -> _Lists:
+    """The temp table ``audit_findings_spans`` — one narrow row per lease of the window, made by the one scan
+    that reads every slot list, and shared by the scans that would each read them again (the clash sweep, the
+    envelopes' bounds, finding the leases to read again) — and the window's distinct slot lists, exactly:
 
-    * ``h``: DuckDB's hash of the slot list (``_Lists`` knows which lists each hash stands for);
+    * ``h``: the hash of the slot list (``_LIST_HASH``; ``_Lists`` knows which lists each hash stands for);
     * ``start_us``, ``e`` (``held_until_us``), ``g`` (``gpus``: the number of slots);
     * ``k``: the hash of the paying envelope's key (NULL: unfunded);
     * ``r``: the hash of the run reference when ``runs`` (the unknown ones) are to be judged and the lease is
       not closed as its run went away (NULL otherwise).
 
-    A lease's rows are found again by ``start`` (the Parquet files are sorted by it: ``_fetch``)."""
+    The lists: those of the first ``_SAMPLE`` rows are grouped first (``audit_findings_lists``); the scan
+    compares every lease's list with the sampled list of its hash, and the lists of the leases that differ
+    (*odd*: a list first used later, or a hash collision) are grouped from those leases alone, read again at
+    their starts — one scan of every list instead of two (grouping every lease's list costs more than comparing
+    it with one). A lease's rows are found again by ``start`` (``_by_start``)."""
     gone = ", ".join(f"'{reason}'" for reason in sorted(RUN_GONE_REASONS))
     judged = (f"CASE WHEN coalesce(NOT closed OR closure_reason IS NULL OR closure_reason NOT IN ({gone}), false) "
               f"THEN hash(run_namespace, run_name) END") if runs else "NULL::UBIGINT"
-    _query(con, f"CREATE OR REPLACE TEMP TABLE {_SPANS} AS SELECT {_LIST_HASH} AS h, start_us, held_until_us AS e, "
-                f"gpus AS g, CASE WHEN paid_by_budget IS NOT NULL THEN hash(payer_namespace, paid_by_budget, "
-                f"paid_by_envelope) END AS k, {judged} AS r FROM {view}", fetch=False)
+    _query(con, f"CREATE OR REPLACE TEMP TABLE {_LISTS} AS SELECT slots, {_LIST_HASH} AS h "
+                f"FROM (SELECT slots FROM {view} LIMIT {_SAMPLE}) GROUP BY slots", fetch=False)
+    # Each lease's list is compared with the sampled list of its hash (a hash two sampled lists have is no one's)
+    _query(con, f"CREATE OR REPLACE TEMP TABLE {_SPANS} AS SELECT v.h, l.h IS NULL OR v.slots IS DISTINCT FROM "
+                f"l.slots AS odd, start_us, e, g, k, r FROM (SELECT slots, {_LIST_HASH} AS h, start_us, "
+                f"held_until_us AS e, gpus AS g, CASE WHEN paid_by_budget IS NOT NULL THEN hash(payer_namespace, "
+                f"paid_by_budget, paid_by_envelope) END AS k, {judged} AS r FROM {view}) AS v LEFT JOIN "
+                f"(SELECT h, any_value(slots) AS slots FROM {_LISTS} GROUP BY h HAVING count(*) = 1) AS l "
+                f"ON v.h = l.h", fetch=False)
+    rows = _query(con, f"SELECT slots, h FROM {_LISTS}")
+    odd = _starts(con, f"SELECT start_us FROM {_SPANS} WHERE odd")
+    if odd != []:
+        rows += _query(con, f"SELECT slots, {_LIST_HASH} FROM (SELECT slots FROM {view} WHERE {_by_start(odd)}) "
+                            f"ANTI JOIN {_LISTS} USING (slots) GROUP BY slots")
+    return _Lists(rows)
 
 
 def _starts(con, query: str, params: list | None = None) -> list[int] | None:
@@ -190,11 +207,6 @@ def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
 
 
 # --- slots: DoubleBooked, UnknownNode ----------------------------------------------------------------------
-
-
-def _lists(con, view: str) -> _Lists:
-    """The window's distinct slot lists, exactly, each with its hash."""
-    return _Lists(_query(con, f"SELECT slots, {_LIST_HASH} FROM {view} GROUP BY slots"))
 
 
 class _Lists:

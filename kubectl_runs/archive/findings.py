@@ -63,7 +63,9 @@ _SAMPLE = 100_000  # the rows whose lists are grouped before the one scan of eve
 # collision only makes the lists concerned swept per slot. (The tests replace it with a hash that collides.)
 _LIST_HASH = "hash(slots)"
 
-_FETCH_BY_START = 5_000  # up to this many distinct starts, the view is read at those starts only (``_by_start``)
+_FETCH_BY_START = 1_000  # up to this many distinct starts, the view is read at those starts only (``_by_start``)
+# (beyond, an IN list costs more than it prunes: 1M leases, 5,000 spread starts: 0.65 s CPU against 0.31 s for a full
+# scan; 1,000: 0.29 s)
 
 EnvelopeKey = tuple[str, str, str]
 

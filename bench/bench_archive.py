@@ -41,6 +41,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of its children that have ended."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -147,27 +153,31 @@ def _archive_vs_decode(snapshot: str, rounds: int) -> dict:
 
     decode = decode_baseline(snapshot)
     decodes, archives = [], []
+    cpu_decodes, cpu_archives = [], []  # CPU seconds (this process and its children): less bent by other load
     scratch = Path(tempfile.mkdtemp(prefix="bench-archive-"))
     try:
         for i in range(rounds):
             gc.collect()
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), cpu_seconds()
             value = decode()
             decodes.append(time.perf_counter() - began)
+            cpu_decodes.append(cpu_seconds() - cpu)
             del value
             gc.collect()
             target = scratch / f"a{i}"
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), cpu_seconds()
             run_main(["leases", "archive", "--to", str(target), "--snapshot", snapshot, "-o", "json"])
             archives.append(time.perf_counter() - began)
+            cpu_archives.append(cpu_seconds() - cpu)
             shutil.rmtree(target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"name": "archive-1m-vs-decode", "kind": "product", "decode": decodes, "seconds": archives,
             "median": statistics.median(archives), "decode_median": statistics.median(decodes),
             "ratio": statistics.median(a / d for a, d in zip(archives, decodes, strict=True)), "rss": rss_mb(),
-            # the loader runs in a child process on Linux (archive/snapshot_rows.py): its peak RSS apart
-            "child_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+            "cpu_decode": cpu_decodes, "cpu_archive": cpu_archives,
+            "cpu_ratio": statistics.median(a / d for a, d in zip(cpu_archives, cpu_decodes, strict=True)),
+            "child_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}  # none so far
 
 
 def _rows(fleet: str, archive: str, since: str | None = None, every: str | None = None) -> None:
@@ -239,7 +249,7 @@ def in_child(name: str, rounds: int, **args) -> dict | None:
     line = f"{name:28} {result['kind']:8} median {result['median']:8.3f} s  peak RSS {result['rss']:8,.0f} MB"
     if "ratio" in result:
         line += (f"  decode {result['decode_median']:.3f} s  archive ÷ decode {result['ratio']:.2f}"
-                 f"  (loader process peak RSS {result.get('child_rss', 0):,.0f} MB)")
+                 f"  (CPU seconds archive ÷ decode {result.get('cpu_ratio', 0):.2f})")
     print(line, file=sys.stderr, flush=True)
     return result
 

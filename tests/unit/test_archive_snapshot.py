@@ -7,7 +7,6 @@ an instant spelled unusually, a cut of the text in the wrong place) is archived 
 from __future__ import annotations
 
 import json
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -89,7 +88,7 @@ def test_defaults_written_out_read_as_left_out(tmp_path):
     assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(schema.row_of(want)))
 
 
-def test_the_archive_is_the_loaded_leases_archive(tmp_path, loader):
+def test_the_archive_is_the_loaded_leases_archive(tmp_path):
     leases = history(21, 600, days=90)
     path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases])
     target = tmp_path / "fast"
@@ -149,18 +148,8 @@ BAD = [
 ]
 
 
-@pytest.fixture(params=["fork", "thread"])
-def loader(request, monkeypatch):
-    """The loader in a child process (Linux) and in a thread (elsewhere): both give the same archive, the same
-    error."""
-    if request.param == "fork" and not snapshot_rows.FORK:
-        pytest.skip("no fork here")
-    monkeypatch.setattr(snapshot_rows, "FORK", request.param == "fork")
-    return request.param
-
-
 @pytest.mark.parametrize(("old", "new"), BAD)
-def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsys, loader, old, new):
+def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsys, old, new):
     good = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease",
             "metadata": {"name": "bad", "namespace": "team", "uid": "u-1"},
             "spec": {"owner": "org:team", "runRef": {"namespace": "team", "name": "r0"}, "group": 0,
@@ -180,7 +169,7 @@ def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsy
     assert not target.exists()
 
 
-def test_what_the_rows_cannot_stand_for_is_archived_from_the_loaded_leases(tmp_path, capsys, loader):
+def test_what_the_rows_cannot_stand_for_is_archived_from_the_loaded_leases(tmp_path, capsys):
     leases = history(25, 200)
     copy = to_manifest(leases[3])
     odd = to_manifest(leases[5])
@@ -230,28 +219,7 @@ def test_pieces_cut_at_item_boundaries(tmp_path, monkeypatch):
     assert len(rows_of(path)) == len(leases)
 
 
-def test_a_loader_that_dies_is_run_here(tmp_path, monkeypatch, capsys):
-    """The child process fails otherwise than with the loader's error (out of memory, say): the file is loaded
-    in the command's process, and the archive is the same."""
-    if not snapshot_rows.FORK:
-        pytest.skip("no fork here")
-    parent = os.getpid()
-    real = snapshot_rows.load_file
-
-    def load_file(name, data):
-        if os.getpid() != parent:
-            raise MemoryError
-        return real(name, data)
-
-    monkeypatch.setattr(snapshot_rows, "load_file", load_file)
-    path = write_json(tmp_path / "s.json", [*fleet_objects(), *history(27, 200)])
-    target = tmp_path / "a"
-    code, _out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT)
-    assert (code, err) == (0, "")
-    assert archived(target) == archived(by_loader(tmp_path / "slow", path))
-
-
-def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys, loader):
+def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys):
     path = tmp_path / "s.json"
     path.write_text('{"apiVersion": "v1", "kind": "List", "items": [{"kind": "Node", ')
     with pytest.raises(SnapshotError) as refused:
@@ -259,18 +227,3 @@ def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys, loader):
     code, out, err = run_cli(capsys, "leases", "archive", "--to", str(tmp_path / "a"), "--snapshot", str(path))
     assert (code, out, err) == (1, "", f"error: {refused.value}\n")
     assert not (tmp_path / "a").exists()
-    assert _children() == []  # the child was reaped
-
-
-def _children() -> list[str]:
-    """This process's children that have not been reaped (zombies included)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():
-                found.append(entry.name)
-    return found

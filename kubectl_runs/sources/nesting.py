@@ -72,7 +72,12 @@ def yaml_too_deep(data: bytes, limit: int = MAX_DEPTH) -> int | None:
                     return event.start_mark.line + 1
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 depth -= 1
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        # libyaml 0.2.5's own limit (PyYAML >= 6.0.4 builds it in): its scanner reads a flow collection's tokens
+        # ahead of the events, so a file past that depth (1,000, beyond ours) stops here before any event counts.
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None and "maximum nesting depth" in (getattr(exc, "problem", None) or ""):
+            return mark.line + 1
         return None  # not valid YAML before it got too deep: the loader will say where
     return None
 

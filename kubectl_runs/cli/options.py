@@ -103,7 +103,8 @@ class GlobalOptions:
 
     def source(self, namespace: str | None, *, queues: bool = False, lean: bool = False) -> Source:
         """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold);
-        ``lean``: snapshot files' Workloads as ``WorkloadHead`` where that is fast (`queues usage`)."""
+        ``lean``: snapshot files' Workloads as ``WorkloadHead`` (`queues usage`) and GPULeases as ``GPULeaseHead``
+        (`leases audit`) where that is fast."""
         from ..sources import Source
 
         return Source(

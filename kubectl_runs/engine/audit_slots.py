@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
-from itertools import accumulate, chain, compress, count, islice, takewhile
+from itertools import accumulate, chain, compress, islice
 from operator import le, lt, neg
 
 from ..model import GPULease, Snapshot
@@ -98,55 +98,44 @@ def _piled_up(win: Window, entries: list[tuple[int, Sequence[str]]], members: di
     Then every group of slots held by exactly the same slot lists (an *atom*, as in ``_double_booked``) that
     two or more leases hold has exactly one episode — from the second start to the second-latest end of its
     leases, involving all of them — and atoms never share one (different slot lists, different leases). So
-    each finding comes from a few numbers per slot list (its first leases by start and name, its two latest
-    ends), without a pass over the node's leases per atom."""
+    each finding comes from its atom's leases by C-level sorts (the first few by start, the two latest ends),
+    without a sweep."""
     starts, ends = win.starts, win.ends
-    node_idx = [i for list_id, _slots in entries for i in members[list_id]]
+    lists = [members[list_id] for list_id, _slots in entries]
+    node_idx = list(chain.from_iterable(lists))
     if len(node_idx) < 2:
         return []
     if max(map(starts.__getitem__, node_idx)) >= min(map(ends.__getitem__, node_idx)):
         return None
-    order = _by_start_and_name(win, node_idx)
-    rank = dict(zip(order, count()))
-    held: list[int] = []  # per entry: how many leases hold its slot list
-    firsts: list[list[int]] = []  # per entry: the ranks of its first 4 leases
-    latest: list[list[float]] = []  # per entry: its 2 latest ends
-    for list_id, _slots in entries:
-        idx = members[list_id]
-        held.append(len(idx))
-        if len(idx) == 1:
-            firsts.append([rank[idx[0]]])
-            latest.append([ends[idx[0]]])
-        else:
-            firsts.append(sorted(map(rank.__getitem__, idx))[:4])
-            latest.append(sorted(map(ends.__getitem__, idx))[-2:])
-    atoms = _atoms(slots for _list_id, slots in entries)
     leases = win.leases
     out = []
-    for lists, slots in atoms.items():
-        if len(lists) == 1:
-            count_held = held[lists[0]]
-            if count_held < 2:
-                continue
-            ranks, two = firsts[lists[0]], latest[lists[0]]
-        else:
-            count_held = sum(map(held.__getitem__, lists))
-            ranks = sorted(chain.from_iterable(map(firsts.__getitem__, lists)))[:4]
-            two = sorted(chain.from_iterable(map(latest.__getitem__, lists)))[-2:]
-        ordered = [leases[order[r]] for r in ranks]
-        out.append(_double_booked_said(starts[order[ranks[1]]], two[0], count_held, ordered, slots))
+    for held_by, slots in _atoms(slots for _list_id, slots in entries).items():
+        idx = lists[held_by[0]] if len(held_by) == 1 else list(chain.from_iterable(map(lists.__getitem__, held_by)))
+        if len(idx) < 2:
+            continue
+        first = _first_by_start(win, idx, 4)
+        two = sorted(map(ends.__getitem__, idx))[-2:]
+        out.append(_double_booked_said(starts[first[1]], two[0], len(idx), list(map(leases.__getitem__, first)), slots))
     return out
 
 
-def _by_start_and_name(win: Window, idx: list[int]) -> list[int]:
-    """These leases in order of their own start (not clipped to the window), then of namespace/name."""
+def _first_by_start(win: Window, idx: Sequence[int], k: int) -> list[int]:
+    """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
+    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
+    the ``k``-th."""
     begin = win.column("begin")
-    order = sorted(idx, key=begin.__getitem__)
-    at = list(map(begin.__getitem__, order))
+    by = sorted(idx, key=begin.__getitem__)
+    if len(by) > k:
+        cutoff = begin[by[k - 1]]
+        end = k
+        while end < len(by) and begin[by[end]] == cutoff:
+            end += 1
+        del by[end:]
+    at = list(map(begin.__getitem__, by))
     if not all(map(lt, at, islice(at, 1, None))):  # equal starts: by name among them
         leases = win.leases
-        order.sort(key=lambda i: (begin[i], leases[i].key))
-    return order
+        by.sort(key=lambda i: (begin[i], leases[i].key))
+    return by[:k]
 
 
 def _node_may_double_book(win: Window, entries: list[tuple[int, Sequence[str]]], members: dict[int, list[int]]) -> bool:
@@ -330,7 +319,8 @@ def _episodes_swept(order: list[int], begun: list[float], done: list[float]) -> 
 
 def _double_booked_finding(win: Window, lo: float, hi: float, involved: tuple[int, ...], slots: list[str]) -> Finding:
     """One episode on one node's slots (see ``_double_booked_said``)."""
-    return _double_booked_said(lo, hi, len(involved), _first_by_start(win, involved, 4), slots)
+    leases = win.leases
+    return _double_booked_said(lo, hi, len(involved), [leases[i] for i in _first_by_start(win, involved, 4)], slots)
 
 
 def _double_booked_said(lo: float, hi: float, held: int, ordered: list[GPULease], slots: list[str]) -> Finding:
@@ -354,18 +344,6 @@ def double_booked(lo: float, hi: float, held: int, ordered: list[str], slots: li
         detail = (f"holds {said} at once with {held - 1} other leases from {_iso(lo)} to {_iso(hi)} "
                   f"({names}): one slot is one GPU; close the leases that are not running there")
     return Finding(fk.DOUBLE_BOOKED, lease, detail, namespace=lease.partition("/")[0])
-
-
-def _first_by_start(win: Window, involved: tuple[int, ...], k: int) -> list[GPULease]:
-    """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
-    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
-    them."""
-    leases, begun = win.leases, win.column("start")
-    by_start = sorted(involved, key=begun.__getitem__)
-    cutoff = begun[by_start[min(k, len(by_start)) - 1]]
-    candidates = list(takewhile(lambda i: begun[i] <= cutoff, by_start))
-    candidates.sort(key=lambda i: (begun[i], leases[i].key))
-    return [leases[i] for i in candidates[:k]]
 
 
 def _slot_list(slots: list[str]) -> str:

@@ -31,6 +31,7 @@ from ..model import (
     INT64_MAX,
     KIND_API_VERSIONS,
     KINDS,
+    LEAN_LEASE_KINDS,
     SNAPSHOT_KINDS,
     SNAPSHOT_TIME_ANNOTATION,
     AnyObject,
@@ -82,12 +83,13 @@ class _RawList(msgspec.Struct, frozen=True, gc=False):
     items: list[msgspec.Raw] = []
 
 
-_LEAN_KINDS = {**SNAPSHOT_KINDS, **LEAN_KINDS}
-_LeanObject = Union[(*_LEAN_KINDS.values(),)]  # as AnyObject, Workloads as WorkloadHead
+_LEAN_KINDS = {**SNAPSHOT_KINDS, **LEAN_KINDS, **LEAN_LEASE_KINDS}
+_LeanObject = Union[(*_LEAN_KINDS.values(),)]  # as AnyObject, Workloads as WorkloadHead, GPULeases as GPULeaseHead
 
 
 class _LeanTypedList(msgspec.Struct, frozen=True, gc=False):
-    """The fast path of a lean load: the same, Workloads as WorkloadHead (kubectl_runs.kueue.model)."""
+    """The fast path of a lean load: the same, Workloads as WorkloadHead (kubectl_runs.kueue.model) and GPULeases
+    as GPULeaseHead (kubectl_runs.model)."""
 
     items: list[_LeanObject]  # type: ignore[valid-type]
     metadata: _ListMeta = _ListMeta()
@@ -97,7 +99,7 @@ class _LeanTypedList(msgspec.Struct, frozen=True, gc=False):
 
 _TYPED_LIST = msgspec.json.Decoder(_TypedList)
 _LEAN_TYPED_LIST = msgspec.json.Decoder(_LeanTypedList)
-_KIND_OF = {cls: kind for kind, cls in (*SNAPSHOT_KINDS.items(), *LEAN_KINDS.items())}
+_KIND_OF = {cls: kind for kind, cls in (*SNAPSHOT_KINDS.items(), *LEAN_KINDS.items(), *LEAN_LEASE_KINDS.items())}
 _PEEK = msgspec.json.Decoder(_Peek)
 _RAW_LIST = msgspec.json.Decoder(_RawList)
 _RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
@@ -155,7 +157,7 @@ def _in_order(kind: str, objects: list[Any]) -> bool:
 
 
 class _ReadInFull(Exception):
-    """A lean load met what its lean records cannot decide (two copies of an object that differ as read)."""
+    """A lean load met what its lean records cannot decide (two copies of one object: are they the same?)."""
 
 
 class _Collector:
@@ -220,10 +222,10 @@ class _Collector:
             if earlier is None or not self.strict:
                 first[key] = index  # (not strict: a later copy replaces an earlier one, in the same place)
                 continue
+            if self.lean:  # lean records leave fields out: whether two copies are the same is decided in full
+                raise _ReadInFull
             pair = (self.where(kind, earlier), self.where(kind, index))
             if objects[earlier] != objects[index]:
-                if self.lean:  # lean records of one object differ in their raw bytes or in their type: decide in full
-                    raise _ReadInFull
                 name = key if kind in CLUSTER_SCOPED else "/".join(key)
                 also = f"is also in {pair[0]}" if pair[0] != pair[1] else "is given twice in this file"
                 raise SnapshotError(
@@ -264,10 +266,10 @@ class _Collector:
 def load_snapshot(paths: Sequence[str], stdin: Any = None, *, lean: bool = False) -> Snapshot:
     """Load every path (a file, a directory, or ``-`` for stdin) into one Snapshot.
 
-    ``lean`` (`queues usage`): a JSON file's Workloads are read as ``WorkloadHead`` (pod sets left undecoded)
-    where the fast path reads the file; YAML and the slow path read them in full. Not from stdin (a lean load
-    that meets two copies of an object that differ as read reads the files again in full, which decides as a
-    full load does; stdin cannot be read twice)."""
+    ``lean`` (`queues usage`, `leases audit`): a JSON file's Workloads are read as ``WorkloadHead`` (pod sets left
+    undecoded) and its GPULeases as ``GPULeaseHead`` (name and namespace of their metadata) where the fast path
+    reads the file; YAML and the slow path read them in full. Not from stdin (a lean load that meets two copies of
+    an object reads the files again in full, which decides as a full load does; stdin cannot be read twice)."""
     if lean and "-" not in paths:
         try:
             return _load(paths, stdin, lean=True)

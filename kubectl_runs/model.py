@@ -467,6 +467,13 @@ class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
         return len(self.spec.slice.slots)
 
     @property
+    def archive_key(self) -> tuple[str, str, str]:
+        """(namespace, name, uid): what keys a lease in the lease archive (a lease re-created under the same name
+        is another lease)."""
+        meta = self.metadata
+        return (meta.namespace, meta.name, meta.uid)
+
+    @property
     def run_key(self) -> str:
         ref = self.spec.run_ref
         return f"{ref.namespace}/{ref.name}"

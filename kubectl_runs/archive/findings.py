@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..engine.accounting import BORROWED, lends_to, relation
@@ -199,10 +200,10 @@ def _leases(snapshot: Snapshot, rows: list[tuple]) -> list[GPULease]:
     """The rows as leases: a live row is the snapshot's own lease (its status may be open), an archived row is
     rebuilt (``schema.lease_of``); in the order a loaded snapshot holding them all keeps (namespace, name)."""
     live_keys = {(row[0], row[1], row[2]) for row in rows if row[-1]}
-    live = [x for x in snapshot.leases if (x.metadata.namespace, x.metadata.name, x.metadata.uid) in live_keys] \
+    live = [x for x in snapshot.leases if x.archive_key in live_keys] \
         if live_keys else []
     archived = [lease_of(row[:-1]) for row in rows if not row[-1]]
-    archived.sort(key=lambda x: (x.metadata.namespace, x.metadata.name, x.metadata.uid))
+    archived.sort(key=attrgetter("archive_key"))
     merged = [*live, *archived]
     merged.sort(key=lambda x: (x.metadata.namespace, x.metadata.name))
     return merged

@@ -16,7 +16,7 @@ from .schema import LEASE_SELECT, lease_of, row_of
 
 def prunable(archive: Archive, leases: Sequence[GPULease]) -> list[GPULease]:
     """The closed ``leases`` whose archived copy (same namespace, name and uid) is the same lease."""
-    closed = {(x.metadata.namespace, x.metadata.name, x.metadata.uid): x for x in leases if x.status.closed}
+    closed = {x.archive_key: x for x in leases if x.status.closed}
     if not closed or not archive.manifest.partitions:
         return []
     files = "[" + ", ".join(db.quote(archive.directory / p.file) for p in archive.manifest.partitions) + "]"

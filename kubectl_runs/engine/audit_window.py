@@ -27,12 +27,19 @@ class Window:
     lo: float  # epoch seconds
     hi: float
     leases: list[GPULease] = field(default_factory=list)
-    specs: list[GPULeaseSpec] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)  # clipped to the window
     ends: list[float] = field(default_factory=list)
     slots: list[tuple[str, ...]] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
     _columns: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def specs(self) -> list[GPULeaseSpec]:
+        """Each window lease's spec (read when a column is first asked for: the report by owner never does)."""
+        found = self._columns.get("spec")
+        if found is None:
+            found = self._columns["spec"] = list(map(_SPEC, self.leases))
+        return found
 
     def column(self, name: str) -> list:
         """One field of every window lease (``owner``, ``flavor``, ``run_namespace``, ``run_name``, ``paid_by``;
@@ -68,6 +75,7 @@ class Window:
         return found[0], found[1]
 
 
+_SPEC = attrgetter("spec")
 _GETTERS = {
     "start": attrgetter("start"),
     "begin": lambda spec: spec.start.timestamp(),  # the lease's own start in epoch seconds (not clipped)
@@ -90,7 +98,7 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     compare them then find each value already hashed, and equal values identical."""
     lo, hi = lo_at.timestamp(), hi_at.timestamp()
     win = Window(lo=lo, hi=hi)
-    kept, specs, starts, ends, slots = win.leases, win.specs, win.starts, win.ends, win.slots
+    kept, starts, ends, slots = win.leases, win.starts, win.ends, win.slots
     owners: list[str] = []
     paid_by: list[PaidBy | None] = []
     run_namespaces: list[str] = []
@@ -129,7 +137,6 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
         begin = start.timestamp()
         begins.append(begin)
         kept.append(lease)
-        specs.append(spec)
         starts.append(begin if begin > lo else lo)
         ends.append(end)
         held = spec.slice.slots

@@ -62,6 +62,7 @@ STAGING = ".staging"
 _OURS = re.compile(r"^(month=\d{4}-\d{2}|\.staging|\.manifest\.json\.tmp|manifest\.json)$")
 _PART_FILE = re.compile(r"^\.?leases-\d{6}\.parquet(\.tmp)?$")
 ROW_GROUP = 122_880
+ZSTD_LEVEL = 1  # against DuckDB's default 3: ~20% less CPU writing, ~7% larger files (46.6 bytes a lease, not 43.7)
 WRITERS = 2  # month files written at once (each COPY of one month runs on one thread; the machine has 2+ cores)
 
 
@@ -351,7 +352,7 @@ def _write_month(con, directory: Path, month: str, old: Partition | None, table:
                  f"FROM read_parquet({db.quote(directory / old.file)})) ORDER BY start, namespace, name, uid")
     con.execute(
         f"COPY ({query}) TO {db.quote(tmp)} "
-        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP}, "
+        f"(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL}, ROW_GROUP_SIZE {ROW_GROUP}, "
         f"KV_METADATA {{{db.quote(SCHEMA_KEY)}: {db.quote(str(SCHEMA_VERSION))}}})"
     )
     with open(tmp, "rb+") as handle:

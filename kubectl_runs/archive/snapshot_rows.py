@@ -2,28 +2,40 @@
 checks them on the other core: the loader still decides what the file holds (and names what is wrong in it, in
 the same words), but the leases reach DuckDB without being written out again as JSON lines and read back.
 
-1. The file is read and its top level decoded with the items left as text (one pass that skips them);
-2. the items' text is cut into a few JSON arrays at item boundaries, in memory (``memfd``; temporary files where
-   the system has none), which DuckDB reads in parallel (a cut in the wrong place cannot parse: the loader's
-   leases are then archived, as in step 4);
+1. The file is read, and the loader starts on it as every command loads a file (``sources.files``): in a child
+   process where the system forks (Linux), else in a thread (started in step 3);
+2. the top level is decoded with the items left as text (one pass that skips them), and the items' text is cut
+   into a few JSON arrays at item boundaries, in memory (``memfd``; temporary files where the system has none)
+   that DuckDB reads in parallel (a cut in the wrong place cannot parse: the loader's leases are then
+   archived, as in step 4);
 3. DuckDB reads every GPULease item into the table ``lease_rows``, sorted as the month files are
-   (archive/snapshot_sql.py), while a thread loads the file as every command does (``sources.files``): DuckDB
-   holds no GIL while it runs, so both run at once. (A forked child process as the loader, which would also
-   overlap steps 1 and 2, measured no better on the shared 2-core machine, in the benchmark's process that has
-   just decoded the same file: copy-on-write of its large heap is one likely cost.)
-4. the loader's error, if it has one, is the command's. Otherwise the rows are used only when they are the
-   loader's leases: as many, one per key, every instant of a form both read alike. If not (a nested List, copies
-   of a lease, an unusual spelling of a time), the loader's leases are archived as before.
+   (archive/snapshot_sql.py), with one thread fewer while the child loads (three busy threads on two cores
+   slowed the child by half). A thread loader runs meanwhile: DuckDB holds no GIL, so both run at once, but
+   DuckDB's own thread waits for the GIL while the loader decodes, and steps 1-2 cannot overlap the loader; the
+   child process overlaps them and holds no GIL of ours (1M leases on 2 cores, in the benchmark's process:
+   5.4-5.7 s a run against 6.8-9.0 s with the thread);
+4. the loader's error, if it has one, is the command's (a child that refuses the file, or dies, leaves the file
+   to the loader in this process, which raises the error in its own words). Otherwise the rows are used only
+   when they are the loader's leases: as many, one per key, every instant of a form both read alike. If not (a
+   nested List, copies of a lease, an unusual spelling of a time), the loader's leases are archived as before
+   (loaded again in this process when the child loaded them: it sends back only the snapshot without its
+   leases, and their count).
 
 The archive's own guarantees are the writer's (archive/store.py): this only fills its table ``staged``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import pickle
 import re
+import signal
+import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -40,6 +52,7 @@ from .snapshot_sql import columns, select_rows
 
 PIECE_BYTES = 32 << 20  # the items' text is cut into pieces of about this size (DuckDB reads them in parallel)
 MAX_PIECES = 16
+FORK = sys.platform == "linux" and hasattr(os, "fork")  # the loader in a child process (else in a thread)
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -91,63 +104,164 @@ def read(path: str) -> Read | None:
     name, data = found
     if data.lstrip()[:1] != b"{":
         return None
-    try:
-        items = _ITEMS.decode(data).items
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return Read(load_file(name, data), None)  # the loader names what is wrong (or reads what it can)
-    con = db.connect()
-    try:
-        with _pieces(items) as files:
-            snapshot, rows = _read_rows(con, files, name, data)
-    except BaseException:
-        con.close()
-        raise
-    if not rows or not _same_leases(con, snapshot):
-        con.close()
-        return Read(snapshot, None)
-    return Read(snapshot, con)
-
-
-def _read_rows(con, files: list[str], name: str, data: bytes) -> tuple[Snapshot, bool]:
-    """DuckDB reads the leases (without the GIL) while a thread loads the file: (the loader's snapshot,
-    whether DuckDB read the leases). The loader's error is raised here."""
-    loaded: list[Snapshot] = []
-    failed: list[BaseException] = []
-    go = threading.Event()
-
-    def load() -> None:
-        go.wait()
+    with _Loader(name, data) as loader:  # a child process starts loading the file now (a thread: later)
         try:
-            loaded.append(load_file(name, data))
-        except BaseException as exc:  # raised again below, in the command's thread
-            failed.append(exc)
+            items = _ITEMS.decode(data).items
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return Read(load_file(name, data), None)  # the loader names what is wrong (or reads what it can)
+        con = db.connect()
+        try:
+            with _pieces(items) as files:
+                rows = _read_rows(con, files, loader)
+            loaded = loader.result()  # the loader's error is raised here
+        except BaseException:
+            con.close()
+            raise
+    if not rows or not _same_leases(con, loaded.leases):
+        con.close()
+        return Read(loaded.snapshot if loaded.whole else load_file(name, data), None)
+    return Read(loaded.snapshot, con)
 
-    thread = threading.Thread(target=load, name="snapshot-loader", daemon=True)
-    thread.start()
+
+def _read_rows(con, files: list[str], loader: _Loader) -> bool:
+    """DuckDB reads the leases (without the GIL) while the loader loads the file: whether DuckDB read them."""
     source = f"read_json([{', '.join(db.quote(f) for f in files)}], format = 'array', columns = {columns()})"
-    rows = True
+    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     try:
         con.execute("SET preserve_insertion_order = true")
-        go.set()  # the loader takes the GIL once DuckDB lets it go: both run at once
+        if loader.forked:  # a core is the child's while it loads (three busy threads on two cores slow it down)
+            con.execute(f"SET threads = {max(1, threads - 1)}")
+        loader.go()  # a thread loader takes the GIL once DuckDB lets it go: both run at once
         con.execute(f"CREATE TABLE lease_rows AS SELECT * FROM ({select_rows(source)}) "
                     "ORDER BY start, namespace, name, uid")
     except db.Error:
-        rows = False  # text DuckDB does not read as the loader does (or a cut in the wrong place)
+        return False  # text DuckDB does not read as the loader does (or a cut in the wrong place)
     finally:
-        go.set()
-        thread.join()
-    if failed:
-        raise failed[0]
-    return loaded[0], rows
+        con.execute(f"SET threads = {threads}")
+    return True
 
 
-def _same_leases(con, snapshot: Snapshot) -> bool:
+@dataclass
+class Loaded:
+    """What the loader made of the file: the snapshot (``whole``: with its leases; else without them, which
+    the rows stand for) and how many leases it holds."""
+
+    snapshot: Snapshot
+    leases: int
+    whole: bool
+
+
+class _Loader:
+    """``sources.files.load_file`` of the file's bytes, beside DuckDB. Where the system forks (Linux) it runs
+    in a child process, started at once: it holds no GIL of ours, so the text is cut and DuckDB started while it
+    loads, and DuckDB's threads never wait for it; the child sends back the snapshot without its leases and
+    their count. When the child refuses the file (or dies), the file is loaded here, which raises the loader's
+    own error (or, rarely, reads it: the child ran out of memory, say). Elsewhere a thread loads it, started
+    when DuckDB lets the GIL go."""
+
+    def __init__(self, name: str, data: bytes) -> None:
+        self.name, self.data = name, data
+        self.pid = 0  # the child's, until its result is received
+        self.forked = False
+        self.pipe = -1
+        self.thread: threading.Thread | None = None
+        self.loaded: list[Snapshot] = []
+        self.failed: list[BaseException] = []
+
+    def __enter__(self) -> _Loader:
+        if FORK:
+            self._fork()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._reap()
+        if self.thread is not None:
+            self.thread.join()
+
+    def go(self) -> None:
+        if self.forked or self.thread is not None:
+            return
+        self.thread = threading.Thread(target=self._load, name="snapshot-loader", daemon=True)
+        self.thread.start()
+
+    def result(self) -> Loaded:
+        if self.forked:
+            payload = self._receive()
+            if payload is not None:
+                snapshot, leases = payload
+                return Loaded(snapshot, leases, whole=False)
+            snapshot = load_file(self.name, self.data)  # raises the loader's error
+            return Loaded(snapshot, len(snapshot.leases), whole=True)
+        if self.thread is None:
+            self.go()
+        assert self.thread is not None
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
+        return Loaded(self.loaded[0], len(self.loaded[0].leases), whole=True)
+
+    def _load(self) -> None:
+        try:
+            self.loaded.append(load_file(self.name, self.data))
+        except BaseException as exc:  # raised again by result(), in the command's thread
+            self.failed.append(exc)
+
+    def _fork(self) -> None:
+        read_end, write_end = os.pipe()
+        with warnings.catch_warnings():  # (Python 3.12+ warns of fork() beside threads: the child runs no C library's threads' code)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: load, send, exit without running anything of the parent's
+            status = 1
+            try:
+                os.close(read_end)
+                try:
+                    snapshot = load_file(self.name, self.data)
+                    payload = (dataclasses.replace(snapshot, leases=()), len(snapshot.leases))
+                except BaseException:
+                    payload = None  # the parent loads the file itself: the error in its own words
+                with os.fdopen(write_end, "wb") as out:
+                    out.write(pickle.dumps(payload, pickle.HIGHEST_PROTOCOL))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        self.pid, self.pipe, self.forked = pid, read_end, True
+
+    def _receive(self) -> tuple[Snapshot, int] | None:
+        """The child's payload, once it has sent all of it (a pickle cut short does not load). The child is
+        reaped in the background: freeing its memory as it exits takes a while, and nothing here waits for it."""
+        with os.fdopen(self.pipe, "rb") as source:
+            self.pipe = -1
+            blob = source.read()
+        pid, self.pid = self.pid, 0
+        threading.Thread(target=os.waitpid, args=(pid, 0), name="snapshot-loader-reaper", daemon=True).start()
+        try:
+            return pickle.loads(blob) if blob else None
+        except Exception:  # anything the child sent that does not read: load here
+            return None
+
+    def _reap(self) -> None:
+        """Stop a child that has not sent its result (the run failed or was interrupted first)."""
+        if self.pipe != -1:
+            os.close(self.pipe)
+            self.pipe = -1
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def _same_leases(con, leases: int) -> bool:
     """The rows are the loader's leases: one per (namespace, name), as many, every instant plain. (The loader
     read every item DuckDB read; equal counts of distinct keys make them the same leases, and the loader holds
-    copies of a lease only when they are identical.)"""
+    copies of a lease only when they are identical. The keys are counted by their hashes: two keys of one hash
+    can only make the count short, which sends the run to the loader's leases.)"""
     total, distinct, plain = con.execute(
-        "SELECT count(*), count(DISTINCT (namespace, name)), count(*) FILTER (WHERE plain) FROM lease_rows").fetchone()
-    return total == distinct == plain == len(snapshot.leases)
+        "SELECT count(*), count(DISTINCT hash(namespace, name)), count(*) FILTER (WHERE plain) FROM lease_rows"
+    ).fetchone()
+    return total == distinct == plain == leases
 
 
 @contextmanager

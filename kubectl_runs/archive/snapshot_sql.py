@@ -28,9 +28,17 @@ def _instant(text: str) -> str:
 
 
 def _plain(text: str, parsed: str) -> str:
-    """The loader has read ``text`` as an instant already: its digits are digits, its fields in range."""
-    return (f"({text} IS NULL OR ({text} GLOB '????-??-??T??:??:??Z' OR regexp_full_match({text}, '{_PLAIN}')) "
-            f"AND {parsed} IS NOT NULL)")
+    """The loader has read ``text`` as an instant already: its digits are digits, its fields in range. (Only a
+    text of 20 characters can match the GLOB, and one of 20 that the regex matches matches the GLOB too: the
+    regex runs only on the others.)"""
+    return (f"({text} IS NULL OR (CASE WHEN length({text}) = 20 THEN {text} GLOB '????-??-??T??:??:??Z' "
+            f"ELSE regexp_full_match({text}, '{_PLAIN}') END AND {parsed} IS NOT NULL))")
+
+
+def _month(text: str, parsed: str) -> str:
+    """``YYYY-MM``, the UTC month of the instant: the text's own first 7 characters when it is in UTC (``Z``;
+    a row that is not ``plain`` is never archived), else formatted from the parsed instant."""
+    return f"CASE WHEN suffix({text}, 'Z') THEN left({text}, 7) ELSE strftime({parsed} AT TIME ZONE 'UTC', '%Y-%m') END"
 
 
 def select_rows(source: str) -> str:
@@ -40,7 +48,7 @@ def select_rows(source: str) -> str:
     rows = {**ROW_SQL, **{name: f"{name}_at" for name in _INSTANTS}}
     columns = ", ".join(f"{rows[name]} AS {name}" for name in COLUMN_NAMES)
     plain = " AND ".join(_plain(f"{name}_text", f"{name}_at") for name in _INSTANTS)
-    return (f"SELECT {columns}, strftime(start_at AT TIME ZONE 'UTC', '%Y-%m') AS month, {plain} AS plain "
+    return (f"SELECT {columns}, {_month('start_text', 'start_at')} AS month, {plain} AS plain "
             f"FROM (SELECT *, {texts} FROM {source} WHERE kind = 'GPULease')")
 
 

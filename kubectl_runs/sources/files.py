@@ -213,13 +213,17 @@ class _Collector:
 
     def ordered(self, kind: str, copies: dict[tuple[str, str], int]) -> tuple[Any, ...]:
         """By (namespace, name), one copy of each object. Lists from the API server (and `snapshot save`)
-        come in this order already: one linear check, then no sort at all (and no copies to look for)."""
+        come in this order already: one linear check, then no sort at all (and no copies to look for). Otherwise
+        the objects are sorted, and only when two have one key are the copies compared, one by one."""
         objects = self.by_kind[kind]
         if _in_order(kind, objects):
             return tuple(objects)
         keys = list(map(_KEYS[kind], objects))
+        order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: copies in the order given
+        if _increasing(list(map(keys.__getitem__, order))):  # one copy of each: sorted is all there is to do
+            return tuple(map(objects.__getitem__, order))
         first: dict[Any, int] = {}
-        for index in sorted(range(len(keys)), key=keys.__getitem__):  # stable: copies in the order given
+        for index in order:
             key = keys[index]
             earlier = first.get(key)
             if earlier is None or not self.strict:

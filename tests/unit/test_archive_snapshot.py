@@ -6,7 +6,9 @@ an instant spelled unusually, a cut of the text in the wrong place) is archived 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -88,7 +90,14 @@ def test_defaults_written_out_read_as_left_out(tmp_path):
     assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(schema.row_of(want)))
 
 
-def test_the_archive_is_the_loaded_leases_archive(tmp_path):
+@pytest.fixture(params=["fork", "thread"] if snapshot_rows.FORK else ["thread"])
+def loader(request, monkeypatch):
+    """The loader in a child process (where the system forks) and in a thread: the same rows, errors, archive."""
+    monkeypatch.setattr(snapshot_rows, "FORK", request.param == "fork")
+    return request.param
+
+
+def test_the_archive_is_the_loaded_leases_archive(tmp_path, loader):
     leases = history(21, 600, days=90)
     path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases])
     target = tmp_path / "fast"
@@ -149,7 +158,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("old", "new"), BAD)
-def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsys, old, new):
+def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsys, loader, old, new):
     good = {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease",
             "metadata": {"name": "bad", "namespace": "team", "uid": "u-1"},
             "spec": {"owner": "org:team", "runRef": {"namespace": "team", "name": "r0"}, "group": 0,
@@ -169,7 +178,7 @@ def test_a_bad_lease_is_the_loaders_error_and_nothing_is_written(tmp_path, capsy
     assert not target.exists()
 
 
-def test_what_the_rows_cannot_stand_for_is_archived_from_the_loaded_leases(tmp_path, capsys):
+def test_what_the_rows_cannot_stand_for_is_archived_from_the_loaded_leases(tmp_path, capsys, loader):
     leases = history(25, 200)
     copy = to_manifest(leases[3])
     odd = to_manifest(leases[5])
@@ -219,7 +228,7 @@ def test_pieces_cut_at_item_boundaries(tmp_path, monkeypatch):
     assert len(rows_of(path)) == len(leases)
 
 
-def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys):
+def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys, loader):
     path = tmp_path / "s.json"
     path.write_text('{"apiVersion": "v1", "kind": "List", "items": [{"kind": "Node", ')
     with pytest.raises(SnapshotError) as refused:
@@ -227,3 +236,45 @@ def test_not_json_at_all_is_the_loaders_error(tmp_path, capsys):
     code, out, err = run_cli(capsys, "leases", "archive", "--to", str(tmp_path / "a"), "--snapshot", str(path))
     assert (code, out, err) == (1, "", f"error: {refused.value}\n")
     assert not (tmp_path / "a").exists()
+
+
+def test_the_snapshot_is_the_loaders_with_or_without_its_leases(tmp_path, loader):
+    """Forked, the child sends back the snapshot without its leases (the rows stand for them); in a thread it
+    is the loader's whole snapshot. Nodes, notes and the stamp are the loader's either way."""
+    path = write_json(tmp_path / "s.json", [*fleet_objects(), *history(27, 100)],
+                      items=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}])
+    loaded = load_snapshot([path])
+    read = snapshot_rows.read(path)
+    try:
+        assert read is not None and read.con is not None
+        want = dataclasses.replace(loaded, leases=()) if loader == "fork" else loaded
+        assert read.snapshot == want
+        assert read.snapshot.notes and read.snapshot.taken_at is not None
+    finally:
+        read.close()
+
+
+@pytest.mark.skipif(not snapshot_rows.FORK, reason="the loader runs in a child process only where the system forks")
+def test_a_child_that_fails_otherwise_leaves_the_file_to_the_loader_here(tmp_path, monkeypatch):
+    """The child runs out of memory (say) rather than refusing the file: the file is loaded in the command's
+    process, and archived as ever."""
+    parent = os.getpid()
+    real = snapshot_rows.load_file
+
+    def load_file(name, data):
+        if os.getpid() != parent:
+            raise MemoryError
+        return real(name, data)
+
+    monkeypatch.setattr(snapshot_rows, "load_file", load_file)
+    leases = history(28, 200, days=60)
+    path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases])
+    read = snapshot_rows.read(path)
+    try:
+        assert read is not None and read.con is not None
+        assert read.snapshot == load_snapshot([path])  # loaded here: the whole snapshot
+    finally:
+        read.close()
+    target = tmp_path / "a"
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT]) == 0
+    assert archived(target) == archived(by_loader(tmp_path / "slow", path))

@@ -363,6 +363,21 @@ def test_several_paths_merge_and_identical_copies_are_read_once_with_a_note(tmp_
     ]
 
 
+def test_objects_out_of_order_are_sorted_by_namespace_and_name(tmp_path):
+    """Leases of a file out of order, with no copies (the sort alone decides) and with an identical copy of one
+    of them (the copies are compared): both read in (namespace, name) order, one copy of each."""
+    made = [lease(name, namespace) for namespace, name in
+            [("b", "l-2"), ("a", "l-9"), ("b", "l-1"), ("a", "l-10"), ("c", "l-0"), ("a", "l-1")]]
+    expected = tuple(sorted(made, key=lambda x: (x.metadata.namespace, x.metadata.name)))
+    items = [to_manifest(x) for x in made]
+    alone = _write(tmp_path, "alone.json", json.dumps({"kind": "List", "items": items}))
+    assert load_snapshot([alone]).leases == expected
+    copied = _write(tmp_path, "copied.json", json.dumps({"kind": "List", "items": [*items, items[2]]}))
+    snap = load_snapshot([copied])
+    assert snap.leases == expected
+    assert snap.notes == (f"1 object(s) given more than once in {copied} with the same content: read once",)
+
+
 @pytest.mark.parametrize("form", ["yaml", "json"])
 def test_stdin(form):
     """``-`` reads stdin, YAML or JSON."""

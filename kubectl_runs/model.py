@@ -502,11 +502,13 @@ class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
         return at
 
 
-class NameMeta(Record):
-    """An object's name and namespace: the metadata a lean record keeps (``GPULeaseHead``)."""
+class NameMeta(Record, order=True, kw_only=True):
+    """An object's name and namespace: the metadata a lean record keeps (``GPULeaseHead``). Ordered as
+    (namespace, name), compared in C: the loader checks that a List of them is sorted with one comparison per
+    object (sources/files.py)."""
 
-    name: str
     namespace: str = "default"
+    name: str
 
 
 class GPULeaseHead(GPULease, tag_field="kind", tag="GPULease"):

@@ -33,7 +33,7 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
     nodes = snapshot.nodes_by_name
     if not nodes:
         notes.append(NO_NODES_NOTE)
-    _list_ids, members = win.slot_lists()
+    members = win.slot_members()
     lists = list(map(win.slots.__getitem__, members))  # the distinct slot lists, by their first holder
     node_of, bad = _slot_nodes(lists, nodes)
     get_node = node_of.__getitem__

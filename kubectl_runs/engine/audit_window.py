@@ -56,23 +56,30 @@ class Window:
             found = self._columns["gpu_micros"] = list(map(mul, self.gpus, held_micros(self.starts, self.ends)))
         return found
 
-    def slot_lists(self) -> tuple[list[int], dict[int, list[int]]]:
-        """Each lease's slot-list id (the index of the first window lease with an equal slot list) and the leases
-        of each id, in order: slot lists are hashed once per lease, then handled once per distinct list."""
+    def slot_members(self) -> dict[int, list[int]]:
+        """The window leases of each distinct slot list, keyed by the first of them (its *id*), in order: slot
+        lists are hashed once per lease, then handled once per distinct list."""
+        found = self._columns.get("slot_members")
+        if found is None:
+            first: dict[tuple[str, ...], list[int]] = {}
+            for i, held in enumerate(self.slots):
+                holding = first.get(held)
+                if holding is None:
+                    first[held] = [i]
+                else:
+                    holding.append(i)
+            found = self._columns["slot_members"] = {idx[0]: idx for idx in first.values()}
+        return found
+
+    def slot_ids(self) -> list[int]:
+        """Each window lease's slot-list id (``slot_members``)."""
         found = self._columns.get("slot_ids")
         if found is None:
-            first: dict[tuple[str, ...], int] = {}
-            ids = list(map(first.setdefault, self.slots, count()))
-            members: dict[int, list[int]] = {}
-            if len(first) == len(ids):
-                members = {i: [i] for i in ids}
-            else:
-                grouped: defaultdict[int, list[int]] = defaultdict(list)
-                for i, list_id in enumerate(ids):
-                    grouped[list_id].append(i)
-                members = dict(grouped)
-            found = self._columns["slot_ids"] = [ids, members]
-        return found[0], found[1]
+            found = self._columns["slot_ids"] = [0] * len(self.slots)
+            for list_id, idx in self.slot_members().items():
+                for i in idx:
+                    found[i] = list_id
+        return found
 
 
 _SPEC = attrgetter("spec")
@@ -93,18 +100,17 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
     Histories are mostly leases that closed long before the window: a cheap test on each lease's status comes
     first, and the same loop reads every field the report needs from the leases kept while each is at hand (one
     pass over each record is what costs: reading the same records column by column is about twice as slow).
-    The same loop groups the leases by slot list (``Window.slot_lists``), makes equal owners, payers and run
+    The same loop groups the leases by slot list (``Window.slot_members``), makes equal owners, payers and run
     references one object each and keys each lease's payer (``audit_findings.payers``), while each lease's fields are in the cache: the later passes that hash or
     compare them then find each value already hashed, and equal values identical."""
     lo, hi = lo_at.timestamp(), hi_at.timestamp()
     win = Window(lo=lo, hi=hi)
-    kept, starts, ends, slots = win.leases, win.starts, win.ends, win.slots
+    kept, ends, slots = win.leases, win.ends, win.slots
     owners: list[str] = []
     paid_by: list[PaidBy | None] = []
     run_namespaces: list[str] = []
     run_names: list[str] = []
     begins: list[float] = []
-    list_ids: list[int] = []
     by_list: dict[tuple[str, ...], list[int]] = {}  # slot list -> the window leases that hold it
     one: dict = {}  # one object per distinct owner, payer, run namespace and run name
     same = one.setdefault
@@ -137,17 +143,14 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
         begin = start.timestamp()
         begins.append(begin)
         kept.append(lease)
-        starts.append(begin if begin > lo else lo)
         ends.append(end)
         held = spec.slice.slots
         slots.append(held)
         holding = by_list.get(held)
         if holding is None:
             by_list[held] = [n]
-            list_ids.append(n)
         else:
             holding.append(n)
-            list_ids.append(holding[0])
         n += 1
         # Consecutive leases are mostly of one run (a List is sorted by name: a run's groups are in a row), so each
         # value is first compared with the last one's, which hashes nothing.
@@ -176,9 +179,10 @@ def clip(leases: Sequence[GPULease], lo_at: datetime, hi_at: datetime) -> Window
                 payer = same(key, key)
         payers.append(payer)
     win.gpus = list(map(len, slots))
+    # Starts clipped to the window: the leases' own starts when none began before it (one list for both).
+    win.starts = begins if not begins or min(begins) >= lo else [b if b > lo else lo for b in begins]
     win._columns.update(owner=owners, paid_by=paid_by, payer=payers, run_namespace=run_namespaces, run_name=run_names,
-                        begin=begins,
-                        slot_ids=[list_ids, {idx[0]: idx for idx in by_list.values()}])
+                        begin=begins, slot_members={idx[0]: idx for idx in by_list.values()})
     return win
 
 
@@ -310,7 +314,7 @@ def nodes_of(slots: tuple[str, ...], node_of: dict[str, str] | None = None) -> d
 def node_entries(win: Window, index: Iterable[int]) -> tuple[list[int], list[str], list[int]]:
     """(lease index, node, slots on that node) for every node each lease holds slots on. Slot lists are
     parsed once per distinct list, not once per lease."""
-    list_ids, _members = win.slot_lists()
+    list_ids = win.slot_ids()
     per_list: dict[int, list[tuple[str, int]]] = {}
     node_of: dict[str, str] = {}
     lease_of: list[int] = []

@@ -35,6 +35,7 @@ from ..model import (
     SNAPSHOT_KINDS,
     SNAPSHOT_TIME_ANNOTATION,
     AnyObject,
+    NameMeta,
     Snapshot,
 )
 from .json_keys import duplicate_key
@@ -133,6 +134,7 @@ def gc_paused() -> Iterator[None]:
 
 
 _NAME = operator.attrgetter("metadata.name")
+_METADATA = operator.attrgetter("metadata")
 _NAMESPACE = operator.attrgetter("metadata.namespace")
 _KEYS: dict[str, Callable[[Any], Any]] = {kind: _NAME if kind in CLUSTER_SCOPED  # cluster-scoped: by name
                                           else operator.attrgetter("metadata.namespace", "metadata.name")
@@ -148,6 +150,11 @@ def _in_order(kind: str, objects: list[Any]) -> bool:
     which makes no key tuples (twice as fast as comparing them on 200,000 leases)."""
     if kind in CLUSTER_SCOPED:
         return _increasing(list(map(_NAME, objects)))
+    if objects and type(objects[0].metadata) is NameMeta:  # lean records: (namespace, name) compared in C
+        try:
+            return _increasing(list(map(_METADATA, objects)))
+        except TypeError:  # lean and full records mixed (a YAML file beside a JSON one): as below
+            pass
     namespaces = []
     for namespace, group in itertools.groupby(objects, key=_NAMESPACE):
         if not _increasing(list(map(_NAME, group))):

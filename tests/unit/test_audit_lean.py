@@ -123,3 +123,33 @@ def test_fields_the_audit_reads_are_checked_those_it_skips_are_not(tmp_path, cap
     assert code in (0, 3) and "error" not in err
     code, _out, err = _run(["seeds", "verify", "--snapshot", str(bad)])
     assert code == 1 and "metadata.labels" in err
+
+
+def test_lean_leases_out_of_order_or_beside_full_ones_load_as_a_full_load_does(tmp_path):
+    """The loader checks the order of lean leases by comparing their metadata in C; a List out of order, or lean
+    leases beside leases read in full (a YAML file), take the general path: the same leases in the same order
+    as a full load."""
+    import yaml
+
+    path = _fleet(tmp_path, 7)
+    document = json.loads(Path(path).read_text())
+    leases = [i for i in document["items"] if i["kind"] == "GPULease"]
+    others = [i for i in document["items"] if i["kind"] != "GPULease"]
+    shuffled = tmp_path / "shuffled.json"
+    shuffled.write_text(json.dumps({"kind": "List", "items": others + leases[::-1]}))
+    lean = load_snapshot([str(shuffled)], lean=True)
+    assert all(type(x) is GPULeaseHead for x in lean.leases)
+    assert [x.key for x in lean.leases] == [x.key for x in load_snapshot([path]).leases]
+    half = len(leases) // 2
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({"kind": "List", "items": others + leases[:half]}))
+    rest = tmp_path / "rest.yaml"
+    rest.write_text(yaml.safe_dump({"kind": "List", "items": leases[half:]}))
+    mixed = load_snapshot([str(first), str(rest)], lean=True)  # lean first: the C comparison meets a full record
+    assert {type(x) for x in mixed.leases} == {GPULease, GPULeaseHead}
+    assert [x.key for x in mixed.leases] == [x.key for x in load_snapshot([path]).leases]
+    at = load_snapshot([path]).taken_at
+    since = at - timedelta(days=30)
+    want = audit(load_snapshot([path]), at, since=since, until=at)
+    got = audit(mixed, at, since=since, until=at)
+    assert msgspec.json.encode(got.report) == msgspec.json.encode(want.report)

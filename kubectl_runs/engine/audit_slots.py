@@ -40,19 +40,22 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
     per_node: dict[str, list[tuple[int, Sequence[str]]]] = {}  # node -> (slot list id, its slots on this node)
     for list_id, held in zip(members, lists, strict=True):
         if len(held) == 1:
-            parts: Iterable[tuple[str, Sequence[str]]] = ((get_node(held[0]), held),)
+            node: str | None = get_node(held[0])
         else:
             if len(set(held)) != len(held):  # a slot named twice in one lease is held once by it
                 held = tuple(dict.fromkeys(held))
             on = list(map(get_node, held))
             # The usual slot list is on one node: no per-slot work in Python.
-            parts = ((on[0], held),) if on.count(on[0]) == len(on) else nodes_of(held, node_of).items()
-        for node, node_slots in parts:
+            node = on[0] if on.count(on[0]) == len(on) else None
+        if node is not None:
             on_node = per_node.get(node)
             if on_node is None:
-                per_node[node] = [(list_id, node_slots)]
+                per_node[node] = [(list_id, held)]
             else:
-                on_node.append((list_id, node_slots))
+                on_node.append((list_id, held))
+        else:
+            for node_name, node_slots in nodes_of(held, node_of).items():
+                per_node.setdefault(node_name, []).append((list_id, node_slots))
         if bad and not bad.isdisjoint(held):
             unknown = [said for node, node_slots in nodes_of(held, node_of).items()
                        for said in _unknown_slots(node, node_slots, nodes)]
@@ -107,23 +110,24 @@ def _piled_up(win: Window, entries: list[tuple[int, Sequence[str]]], members: di
         return []
     if max(map(starts.__getitem__, node_idx)) >= min(map(ends.__getitem__, node_idx)):
         return None
-    leases = win.leases
+    leases, begin = win.leases, win.column("begin")
     out = []
     for held_by, slots in _atoms(slots for _list_id, slots in entries).items():
         idx = lists[held_by[0]] if len(held_by) == 1 else list(chain.from_iterable(map(lists.__getitem__, held_by)))
         if len(idx) < 2:
             continue
-        first = _first_by_start(win, idx, 4)
+        first = _first_by_start(win, idx, 4, begin)
         two = sorted(map(ends.__getitem__, idx))[-2:]
         out.append(_double_booked_said(starts[first[1]], two[0], len(idx), list(map(leases.__getitem__, first)), slots))
     return out
 
 
-def _first_by_start(win: Window, idx: Sequence[int], k: int) -> list[int]:
+def _first_by_start(win: Window, idx: Sequence[int], k: int, begin: list[float] | None = None) -> list[int]:
     """The first ``k`` of these leases by (start, namespace/name): one C-level sort by start (the leases' own
-    starts, not clipped to the window), then names compared only among the first ``k`` and those tied with
-    the ``k``-th."""
-    begin = win.column("begin")
+    starts, not clipped to the window: ``begin``, the window's column), then names compared only among the first
+    ``k`` and those tied with the ``k``-th."""
+    if begin is None:
+        begin = win.column("begin")
     by = sorted(idx, key=begin.__getitem__)
     if len(by) > k:
         cutoff = begin[by[k - 1]]

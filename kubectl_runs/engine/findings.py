@@ -19,7 +19,7 @@ UNBOUND_NAMESPACE = FindingKind.UNBOUND_NAMESPACE
 KINDS = tuple(FindingKind)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, init=False)
 class Finding:
     """One problem, said in a line a person can act on. ``lease`` is ``namespace/name`` or None when the
     finding is about a namespace or a budget rather than one lease."""
@@ -31,6 +31,17 @@ class Finding:
     # (namespace, budget, envelope) and/or a namespace.
     envelope: tuple[str, str, str] | None = field(default=None, compare=False)
     namespace: str | None = field(default=None, compare=False)
+
+    def __init__(self, kind: str, lease: str | None, detail: str, envelope: tuple[str, str, str] | None = None,
+                 namespace: str | None = None) -> None:
+        # The fields go straight into the instance's dict: a frozen dataclass's own __init__ sets each through
+        # object.__setattr__, twice the cost, and an audit of a contended ledger makes thousands of findings.
+        fields = self.__dict__
+        fields["kind"] = kind
+        fields["lease"] = lease
+        fields["detail"] = detail
+        fields["envelope"] = envelope
+        fields["namespace"] = namespace
 
     def concerns(self, namespace: str) -> bool:
         """Shown under ``-n namespace``: its lease, its envelope, or the namespace it names is there."""

@@ -156,8 +156,8 @@ class _Loader:
     in a child process, started at once: it holds no GIL of ours, so the text is cut and DuckDB started while it
     loads, and DuckDB's threads never wait for it; the child sends back the snapshot without its leases and
     their count. When the child refuses the file (or dies), the file is loaded here, which raises the loader's
-    own error (or, rarely, reads it: the child ran out of memory, say). Elsewhere a thread loads it, started
-    when DuckDB lets the GIL go."""
+    own error (or, rarely, reads it: the child ran out of memory, say). The child dies with the command's
+    process (``PR_SET_PDEATHSIG``). Elsewhere a thread loads it, started when DuckDB lets the GIL go."""
 
     def __init__(self, name: str, data: bytes) -> None:
         self.name, self.data = name, data
@@ -208,6 +208,7 @@ class _Loader:
 
     def _fork(self) -> None:
         read_end, write_end = os.pipe()
+        parent = os.getpid()
         with warnings.catch_warnings():  # (Python 3.12+ warns of fork() beside threads: the child runs no C library's threads' code)
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
@@ -215,6 +216,7 @@ class _Loader:
             status = 1
             try:
                 os.close(read_end)
+                _die_with(parent)
                 try:
                     snapshot = load_file(self.name, self.data)
                     payload = (dataclasses.replace(snapshot, leases=()), len(snapshot.leases))
@@ -251,6 +253,22 @@ class _Loader:
                 os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             self.pid = 0
+
+
+def _die_with(parent: int) -> None:
+    """In the child: be killed when the command's process dies (SIGKILL, say) rather than load on for nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl here: the child ends when it has loaded the file
+        return
+    if os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _same_leases(con, leases: int) -> bool:

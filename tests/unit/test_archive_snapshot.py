@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -278,3 +281,37 @@ def test_a_child_that_fails_otherwise_leaves_the_file_to_the_loader_here(tmp_pat
     target = tmp_path / "a"
     assert run_main(["leases", "archive", "--to", str(target), "--snapshot", path, "--at", AT]) == 0
     assert archived(target) == archived(by_loader(tmp_path / "slow", path))
+
+
+@pytest.mark.skipif(not snapshot_rows.FORK, reason="the loader runs in a child process only where the system forks")
+def test_the_child_dies_with_the_command(tmp_path):
+    """The command's process killed (SIGKILL) while the child loads: the child is killed too, not left loading."""
+    path = write_json(tmp_path / "s.json", history(29, 20))
+    script = (
+        "import os, sys, time\n"
+        "from kubectl_runs.archive import snapshot_rows\n"
+        "snapshot_rows.load_file = lambda name, data: time.sleep(60)\n"
+        f"loader = snapshot_rows._Loader('s.json', open({path!r}, 'rb').read()).__enter__()\n"
+        "print(loader.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert _running(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (one that has ended but that no one has reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

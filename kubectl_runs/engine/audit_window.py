@@ -60,14 +60,10 @@ class Window:
         """The window leases of each distinct slot list, keyed by the first of them (its *id*), in order: slot
         lists are hashed once per lease, then handled once per distinct list."""
         found = self._columns.get("slot_members")
-        if found is None:
+        if found is None:  # (clip fills it in its own loop; a window made otherwise groups its slots here)
             first: dict[tuple[str, ...], list[int]] = {}
             for i, held in enumerate(self.slots):
-                holding = first.get(held)
-                if holding is None:
-                    first[held] = [i]
-                else:
-                    holding.append(i)
+                first.setdefault(held, []).append(i)
             found = self._columns["slot_members"] = {idx[0]: idx for idx in first.values()}
         return found
 

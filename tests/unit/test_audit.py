@@ -347,3 +347,22 @@ def test_unbound_namespace():
          "detail": "namespace team has Budgets of 2 owners (org:other, org:team): its runs are unfunded until its "
          "Budgets name one owner"},
     ]
+
+
+def test_a_windows_slot_groups_are_the_same_made_by_clip_or_from_its_slots():
+    """clip groups the leases by slot list in its own loop; a window made otherwise groups them from its slots:
+    the same groups, and each lease's id is the first holder of its list."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    from kubectl_runs.engine.audit_window import Window, clip
+    from kubectl_runs.sources.files import load_snapshot
+
+    fleet = load_snapshot([str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")])
+    at = fleet.taken_at
+    win = clip(fleet.leases, at - timedelta(days=400), at)
+    assert len(win.leases) > 5
+    again = Window(lo=win.lo, hi=win.hi, slots=list(win.slots))
+    assert again.slot_members() == win.slot_members()
+    assert again.slot_ids() == win.slot_ids()
+    assert all(win.slots[list_id] == win.slots[i] and list_id <= i for i, list_id in enumerate(win.slot_ids()))

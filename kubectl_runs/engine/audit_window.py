@@ -43,7 +43,7 @@ class Window:
 
     def column(self, name: str) -> list:
         """One field of every window lease (``owner``, ``flavor``, ``run_namespace``, ``run_name``, ``paid_by``;
-        ``start`` and, in epoch seconds, ``begin``: the lease's own start, not clipped), extracted once."""
+        ``begin``: the lease's own start in epoch seconds, not clipped), extracted once."""
         found = self._columns.get(name)
         if found is None:
             found = self._columns[name] = list(map(_GETTERS[name], self.specs))
@@ -80,7 +80,6 @@ class Window:
 
 _SPEC = attrgetter("spec")
 _GETTERS = {
-    "start": attrgetter("start"),
     "begin": lambda spec: spec.start.timestamp(),  # the lease's own start in epoch seconds (not clipped)
     "owner": attrgetter("owner"),
     "flavor": attrgetter("flavor"),

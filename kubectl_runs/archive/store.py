@@ -277,8 +277,7 @@ def _stage(con, staging: Path, leases: list[GPULease]) -> tuple[list[tuple[str, 
     if distinct != total:
         first: dict[tuple[str, str, str], GPULease] = {}
         for lease in leases:
-            meta = lease.metadata
-            first.setdefault((meta.namespace, meta.name, meta.uid), lease)
+            first.setdefault(lease.archive_key, lease)
         con.execute("DROP TABLE staged")
         _stage_lines(con, staging / "leases.jsonl", list(first.values()))
         total = distinct

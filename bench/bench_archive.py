@@ -294,15 +294,21 @@ def snapshot_of(history: str, out: Path) -> str:
 
     fleet = json.loads((Path(history) / "fleet.json").read_text())
     leases = reader.leases_between([reader.open_archive(Path(history) / "archive")], EARLIEST, LATEST)
-    leases.sort(key=lambda x: (x.metadata.namespace, x.metadata.name))  # as the API server lists them
     encoder = msgspec.json.Encoder()
+    # Every GPULease, the fleet's open ones and the archived ones, in one run by (namespace, name): as the API
+    # server (and ``snapshot save``) lists them.
+    present = [item for item in fleet["items"] if item["kind"] == "GPULease"]
+    keyed = [((item["metadata"].get("namespace", "default"), item["metadata"]["name"]), item) for item in present]
+    keyed += [((lease.metadata.namespace, lease.metadata.name), lease) for lease in leases]
+    keyed.sort(key=lambda pair: pair[0])
     path = out / "snapshot.json"
     with open(path, "wb") as handle:
         handle.write(b'{"apiVersion":"v1","kind":"List","metadata":' + json.dumps(fleet["metadata"]).encode()
                      + b',"items":[')
-        handle.write(b",".join(json.dumps(item).encode() for item in fleet["items"]))
-        for i in range(0, len(leases), 100_000):
-            handle.write(b"," + b",".join(map(encoder.encode, leases[i:i + 100_000])))
+        handle.write(b",".join(json.dumps(item).encode() for item in fleet["items"] if item["kind"] != "GPULease"))
+        for i in range(0, len(keyed), 100_000):
+            handle.write(b"," + b",".join(json.dumps(item).encode() if isinstance(item, dict) else encoder.encode(item)
+                                          for _key, item in keyed[i:i + 100_000]))
         handle.write(b"]}")
     return str(path)
 

@@ -3,23 +3,26 @@ checks them on the other core: the loader still decides what the file holds (and
 the same words), but the leases reach DuckDB without being written out again as JSON lines and read back.
 
 1. The file is read, and the loader starts on it as every command loads a file (``sources.files``): in a child
-   process where the system forks (Linux), else in a thread (started in step 3);
+   process where the system forks (Linux), else in a thread (started in step 3). The child checks every object
+   as the loader does, but leaves the leases as the file gives them (``load_file_apart``: not put in order, not
+   looked for copies; step 4 counts their keys instead), which saves it half a second a million leases;
 2. the top level is decoded with the items left as text (one pass that skips them), and the items' text is cut
    into a few JSON arrays at item boundaries, in memory (``memfd``; temporary files where the system has none)
    that DuckDB reads in parallel (a cut in the wrong place cannot parse: the loader's leases are then
    archived, as in step 4);
 3. DuckDB reads every GPULease item into the table ``lease_rows``, sorted as the month files are
-   (archive/snapshot_sql.py), with one thread fewer while the child loads (three busy threads on two cores
-   slowed the child by half). A thread loader runs meanwhile: DuckDB holds no GIL, so both run at once, but
-   DuckDB's own thread waits for the GIL while the loader decodes, and steps 1-2 cannot overlap the loader; the
-   child process overlaps them and holds no GIL of ours (1M leases on 2 cores, in the benchmark's process:
-   5.4-5.7 s a run against 6.8-9.0 s with the thread);
+   (archive/snapshot_sql.py), in one statement on every core, beside the child (1M leases in API order on 2
+   cores, in the benchmark's process: 4.8-5.1 s a run, against 5.3-5.8 s with one thread fewer while the child
+   loaded). A thread loader runs meanwhile: DuckDB holds no GIL, so both run at once, but DuckDB's own thread
+   waits for the GIL while the loader decodes, and steps 1-2 cannot overlap the loader; the child process
+   overlaps them and holds no GIL of ours (5.4-5.7 s a run against 6.8-9.0 s with the thread, measured before
+   the child left the leases apart);
 4. the loader's error, if it has one, is the command's (a child that refuses the file, or dies, leaves the file
    to the loader in this process, which raises the error in its own words). Otherwise the rows are used only
    when they are the loader's leases: as many, one per key, every instant of a form both read alike. If not (a
    nested List, copies of a lease, an unusual spelling of a time), the loader's leases are archived as before
    (loaded again in this process when the child loaded them: it sends back only the snapshot without its
-   leases, and their count).
+   leases, and their count). Two copies of a lease, the same or not, are always judged so: by the loader.
 
 The archive's own guarantees are the writer's (archive/store.py): this only fills its table ``staged``.
 """
@@ -27,7 +30,6 @@ The archive's own guarantees are the writer's (archive/store.py): this only fill
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import pickle
 import re
@@ -45,7 +47,7 @@ from pathlib import Path
 import msgspec
 
 from ..model import Snapshot
-from ..sources.files import load_file, read_file
+from ..sources.files import load_file, load_file_apart, read_file
 from . import db
 from .schema import COLUMN_NAMES, micros
 from .snapshot_sql import columns, select_rows
@@ -126,25 +128,21 @@ def read(path: str) -> Read | None:
 def _read_rows(con, files: list[str], loader: _Loader) -> bool:
     """DuckDB reads the leases (without the GIL) while the loader loads the file: whether DuckDB read them."""
     source = f"read_json([{', '.join(db.quote(f) for f in files)}], format = 'array', columns = {columns()})"
-    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     try:
         con.execute("SET preserve_insertion_order = true")
-        if loader.forked:  # a core is the child's while it loads (three busy threads on two cores slow it down)
-            con.execute(f"SET threads = {max(1, threads - 1)}")
         loader.go()  # a thread loader takes the GIL once DuckDB lets it go: both run at once
         con.execute(f"CREATE TABLE lease_rows AS SELECT * FROM ({select_rows(source)}) "
                     "ORDER BY start, namespace, name, uid")
     except db.Error:
         return False  # text DuckDB does not read as the loader does (or a cut in the wrong place)
-    finally:
-        con.execute(f"SET threads = {threads}")
     return True
 
 
 @dataclass
 class Loaded:
     """What the loader made of the file: the snapshot (``whole``: with its leases; else without them, which
-    the rows stand for) and how many leases it holds."""
+    the rows stand for) and how many leases it holds (``whole``: one of each; else as the file gives them,
+    copies included)."""
 
     snapshot: Snapshot
     leases: int
@@ -154,8 +152,8 @@ class Loaded:
 class _Loader:
     """``sources.files.load_file`` of the file's bytes, beside DuckDB. Where the system forks (Linux) it runs
     in a child process, started at once: it holds no GIL of ours, so the text is cut and DuckDB started while it
-    loads, and DuckDB's threads never wait for it; the child sends back the snapshot without its leases and
-    their count. When the child refuses the file (or dies), the file is loaded here, which raises the loader's
+    loads, and DuckDB's threads never wait for it; the child (``load_file_apart``) sends back the snapshot
+    without its leases and their count. When the child refuses the file (or dies), the file is loaded here, which raises the loader's
     own error (or, rarely, reads it: the child ran out of memory, say). The child dies with the command's
     process (``PR_SET_PDEATHSIG``). Elsewhere a thread loads it, started when DuckDB lets the GIL go."""
 
@@ -218,8 +216,8 @@ class _Loader:
                 os.close(read_end)
                 _die_with(parent)
                 try:
-                    snapshot = load_file(self.name, self.data)
-                    payload = (dataclasses.replace(snapshot, leases=()), len(snapshot.leases))
+                    snapshot, leases = load_file_apart(self.name, self.data, "GPULease")
+                    payload = (snapshot, len(leases))  # (the leases stay alive: the child exits without freeing them)
                 except BaseException:
                     payload = None  # the parent loads the file itself: the error in its own words
                 with os.fdopen(write_end, "wb") as out:
@@ -273,9 +271,10 @@ _PR_SET_PDEATHSIG = 1
 
 def _same_leases(con, leases: int) -> bool:
     """The rows are the loader's leases: one per (namespace, name), as many, every instant plain. (The loader
-    read every item DuckDB read; equal counts of distinct keys make them the same leases, and the loader holds
-    copies of a lease only when they are identical. The keys are counted by their hashes: two keys of one hash
-    can only make the count short, which sends the run to the loader's leases.)"""
+    read every item DuckDB read; equal counts of distinct keys make them the same leases. A file with two
+    copies of a lease never passes: the child counts copies, and the loader in this process keeps one of two
+    identical copies. The keys are counted by their hashes: two keys of one hash can only make the count
+    short, which sends the run to the loader's leases.)"""
     total, distinct, plain = con.execute(
         "SELECT count(*), count(DISTINCT hash(namespace, name)), count(*) FILTER (WHERE plain) FROM lease_rows"
     ).fetchone()

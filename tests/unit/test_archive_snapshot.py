@@ -262,14 +262,14 @@ def test_a_child_that_fails_otherwise_leaves_the_file_to_the_loader_here(tmp_pat
     """The child runs out of memory (say) rather than refusing the file: the file is loaded in the command's
     process, and archived as ever."""
     parent = os.getpid()
-    real = snapshot_rows.load_file
+    real = snapshot_rows.load_file_apart
 
-    def load_file(name, data):
+    def load_file_apart(name, data, kind):
         if os.getpid() != parent:
             raise MemoryError
-        return real(name, data)
+        return real(name, data, kind)
 
-    monkeypatch.setattr(snapshot_rows, "load_file", load_file)
+    monkeypatch.setattr(snapshot_rows, "load_file_apart", load_file_apart)
     leases = history(28, 200, days=60)
     path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases])
     read = snapshot_rows.read(path)
@@ -290,7 +290,7 @@ def test_the_child_dies_with_the_command(tmp_path):
     script = (
         "import os, sys, time\n"
         "from kubectl_runs.archive import snapshot_rows\n"
-        "snapshot_rows.load_file = lambda name, data: time.sleep(60)\n"
+        "snapshot_rows.load_file_apart = lambda name, data, kind: time.sleep(60)\n"
         f"loader = snapshot_rows._Loader('s.json', open({path!r}, 'rb').read()).__enter__()\n"
         "print(loader.pid, flush=True)\n"
         "time.sleep(60)\n"
@@ -315,3 +315,18 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_copies_that_differ_are_the_loaders_error_and_nothing_is_written(tmp_path, capsys, loader):
+    """The child leaves the leases apart (no search for copies): two different copies of one lease still never
+    reach the archive; the loader, in this process, refuses the file in its own words."""
+    leases = history(30, 120)
+    other = to_manifest(leases[7])
+    other["spec"]["owner"] = "org:someone-else"
+    path = write_json(tmp_path / "s.json", [*fleet_objects(), *leases], items=[other])
+    with pytest.raises(SnapshotError, match="with different content") as refused:
+        load_snapshot([path])
+    target = tmp_path / "archive"
+    code, out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", path)
+    assert (code, out, err) == (1, "", f"error: {refused.value}\n")
+    assert not target.exists()

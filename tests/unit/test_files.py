@@ -7,6 +7,7 @@ each yields one line on stderr naming the file, the object and the field path, e
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -597,3 +598,20 @@ def test_a_quoted_number_is_refused_in_yaml_as_in_json(tmp_path):
         with pytest.raises(SnapshotError) as caught:
             load_snapshot([str(path)])
         assert str(caught.value) == f"{path}: Budget ns/b: spec.envelopes[0].concurrency: expected int, got str"
+
+
+def test_load_file_apart_is_load_file_with_one_kind_left_as_given(tmp_path):
+    """``load_file_apart`` (the archive writer's child): the snapshot ``load_file`` gives, without the leases,
+    and the leases as the file gives them, out of order and with a copy (which ``load_file`` reads once)."""
+    from kubectl_runs.model import snapshot_document
+    from kubectl_runs.sources.files import load_file, load_file_apart
+
+    objects = [lease(f"l{i}", namespace=f"ns{i % 3}") for i in (5, 2, 9, 2, 7)]
+    document = snapshot_document([to_manifest(o) for o in objects], "2025-11-01T00:00:00Z")
+    data = json.dumps(document).encode()
+    whole = load_file("s.json", data)
+    apart, leases = load_file_apart("s.json", data, "GPULease")
+    assert [(x.metadata.namespace, x.metadata.name) for x in leases] == [
+        (o.metadata.namespace, o.metadata.name) for o in objects]
+    assert len(whole.leases) == 4 and whole.notes  # the copy is read once, with a note
+    assert apart == dataclasses.replace(whole, leases=(), notes=())

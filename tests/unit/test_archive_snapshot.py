@@ -330,3 +330,63 @@ def test_copies_that_differ_are_the_loaders_error_and_nothing_is_written(tmp_pat
     code, out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", path)
     assert (code, out, err) == (1, "", f"error: {refused.value}\n")
     assert not target.exists()
+
+
+ITEMS = [{"kind": "Node", "metadata": {"name": "n0"}}, {"kind": "GPULease", "metadata": {"name": "l0"}}]
+
+
+@pytest.mark.parametrize("text", [
+    # kubectl's order (keys sorted), and `snapshot save`'s
+    '{"apiVersion": "v1", "items": ITEMS, "kind": "List", "metadata": {"resourceVersion": ""}}',
+    '{"apiVersion":"v1","kind":"List","metadata":{"annotations":{"t":"2025-11-01T00:00:00Z"}},"items":ITEMS}',
+    '{ "items" :\n ITEMS }',
+    # a "]" in a string after the items, and more than a few: passed over, or left to the decode
+    '{"items": ITEMS, "metadata": {"annotations": {"a": "x]", "b": "]]"}}}',
+    '{"items": ITEMS, "metadata": {"annotations": {"a": "' + "]" * 20 + '"}}}',
+    # an "items" key before the top level's (a nested List's, or in a string): left to the decode
+    '{"metadata": {"annotations": {"a": "\\"items\\": [1]"}}, "items": ITEMS}',
+    '{"other": {"items": [1, 2]}, "items": ITEMS}',
+    '{"other": {"items": []}, "items": ITEMS}',
+    '{"x": ITEMS, "items": []}',
+])
+def test_the_items_text_is_the_top_level_items(text):
+    """``_items`` finds the items' text from the keys around it: the text a decode of the top level (which
+    skips the items) gives."""
+    data = text.replace("ITEMS", json.dumps(ITEMS)).encode()
+    assert bytes(snapshot_rows._items(data)) == bytes(snapshot_rows._ITEMS.decode(data).items)
+
+
+@pytest.mark.parametrize("text", ['{"items": [], "x": ITEMS}', '{"items": ITEMS, "x": ITEMS}',
+                                  '{"items": ITEMS, "items": []}'])
+def test_items_text_running_into_a_later_key_is_not_one_array(tmp_path, text):
+    """A ``]`` in a later key's value (or a second ``items``, which the loader refuses) can close what
+    ``_items`` finds: the text is then not one JSON array, which DuckDB refuses (the test below: the archive is
+    then the loader's)."""
+    data = text.replace("ITEMS", json.dumps(ITEMS)).encode()
+    found = bytes(snapshot_rows._items(data))
+    assert found != bytes(snapshot_rows._ITEMS.decode(data).items)
+    with pytest.raises(msgspec.DecodeError):
+        msgspec.json.decode(found)
+
+
+def test_a_key_after_the_items_with_leases_in_it_is_archived_from_the_loaded_leases(tmp_path, capsys):
+    """``{"items": [...], "extra": [leases]}``: what DuckDB is given runs into ``extra``, it refuses the text, and
+    the archive is the loaded leases' (the loader reads the top level's items only)."""
+    leases = history(31, 150)
+    path = Path(write_json(tmp_path / "s.json", [*fleet_objects(), *leases]))
+    document = json.loads(path.read_text())
+    document["extra"] = [to_manifest(lease("elsewhere", ended=T0))]
+    path.write_text(json.dumps(document))
+    assert bytes(snapshot_rows._items(path.read_bytes())) != bytes(snapshot_rows._ITEMS.decode(path.read_bytes()).items)
+    read = snapshot_rows.read(str(path))
+    assert read is not None and read.con is None  # the loader's leases, not DuckDB's rows
+    read.close()
+    target = tmp_path / "a"
+    code, _out, err = run_cli(capsys, "leases", "archive", "--to", str(target), "--snapshot", str(path), "--at", AT)
+    assert code == 0, err
+    assert archived(target) == archived(by_loader(tmp_path / "slow", str(path)))
+
+
+def test_the_items_of_a_file_that_is_not_json_are_the_decoders_error():
+    with pytest.raises(msgspec.DecodeError):
+        snapshot_rows._items(b'{"items": [1, 2], "kind": ')

@@ -52,6 +52,25 @@ def select_rows(source: str) -> str:
             f"FROM (SELECT *, {texts} FROM {source} WHERE kind = 'GPULease')")
 
 
+# The columns the sorted table of rows leaves out (a narrower table sorts faster: ~0.3 CPU-seconds of 3 for 1M
+# leases), as the view over it computes them from the columns it keeps: ROW_SQL's values.
+DERIVED: dict[str, str] = {
+    "gpus": "len(slots)::INTEGER",
+    "payer_namespace": ("CASE WHEN paid_by_namespace IS NULL THEN NULL "
+                        "ELSE coalesce(nullif(paid_by_namespace, ''), run_namespace) END"),
+}
+
+
+def stored_rows(source: str) -> str:
+    """``select_rows(source)`` without ``DERIVED`` and the rows that are not ``plain`` (``plain`` left out too)."""
+    return (f"SELECT * EXCLUDE (plain, {', '.join(DERIVED)}) FROM ({select_rows(source)}) WHERE plain")
+
+
+def view_columns() -> str:
+    """The archive's columns (and ``month``) over a table of ``stored_rows``."""
+    return ", ".join(f"{DERIVED[name]} AS {name}" if name in DERIVED else name for name in (*COLUMN_NAMES, "month"))
+
+
 def columns() -> str:
     """``read_json``'s ``columns`` argument."""
     return "{" + ", ".join(f"'{key}': '{value}'" for key, value in LEASE_TEXT.items()) + "}"

@@ -40,7 +40,7 @@ def rows_of(path: str) -> list[tuple]:
     read = snapshot_rows.read(path)
     assert read is not None and read.con is not None, "DuckDB did not read the leases"
     try:
-        return read.con.execute(f"SELECT {_SELECT}, month FROM lease_rows ORDER BY name").fetchall()
+        return read.con.execute(f"SELECT {_SELECT}, month FROM lease_view ORDER BY name").fetchall()
     finally:
         read.close()
 

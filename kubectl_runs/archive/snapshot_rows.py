@@ -10,9 +10,9 @@ the same words), but the leases reach DuckDB without being written out again as 
    into a few JSON arrays at item boundaries, in memory (``memfd``; temporary files where the system has none)
    that DuckDB reads in parallel (a cut in the wrong place cannot parse: the loader's leases are then
    archived, as in step 4);
-3. DuckDB reads every GPULease item into the table ``lease_rows`` (the view ``lease_view`` adds the columns it
-   leaves out: ``snapshot_sql.DERIVED``), sorted as the month files are
-   (archive/snapshot_sql.py), in one statement on every core, beside the child (1M leases in API order on 2
+3. DuckDB reads every GPULease item into the table ``lease_rows`` (the view ``lease_view`` adds the columns
+   it leaves out: ``snapshot_sql.DERIVED``; an instant not of the plain form fails the read), sorted as the
+   month files are (archive/snapshot_sql.py), in one statement on every core, beside the child (1M leases in API order on 2
    cores, in the benchmark's process: 4.8-5.1 s a run, against 5.3-5.8 s with one thread fewer while the child
    loaded). A thread loader runs meanwhile: DuckDB holds no GIL, so both run at once, but DuckDB's own thread
    waits for the GIL while the loader decodes, and steps 1-2 cannot overlap the loader; the child process
@@ -66,6 +66,13 @@ class _Items(msgspec.Struct, frozen=True, gc=False):
 _ITEMS = msgspec.json.Decoder(_Items)
 
 
+class _SplicedItems(msgspec.Struct, frozen=True, gc=False):
+    items: msgspec.Raw  # required: a file with no top-level items gives no text to DuckDB
+
+
+_SPLICED = msgspec.json.Decoder(_SplicedItems)
+
+
 @dataclass
 class Read:
     """A snapshot file as the loader reads it (``snapshot``, leases included) and, when they are the same
@@ -115,12 +122,12 @@ def read(path: str) -> Read | None:
         con = db.connect()
         try:
             with _pieces(items) as files:
-                rows = _read_rows(con, files, loader)
+                keys = _keys(con) if _read_rows(con, files, loader) else None  # while the child may still load
             loaded = loader.result()  # the loader's error is raised here
         except BaseException:
             con.close()
             raise
-    if not rows or not _same_leases(con, loaded.leases):
+    if keys is None or not _same_leases(keys, loaded.leases):
         con.close()
         return Read(loaded.snapshot if loaded.whole else load_file(name, data), None)
     return Read(loaded.snapshot, con)
@@ -144,7 +151,7 @@ def _items(data: bytes) -> memoryview:
             if end == -1:
                 break
             try:
-                if bytes(_ITEMS.decode(data[:lo] + b"[]" + data[end + 1:]).items) == b"[]":
+                if bytes(_SPLICED.decode(data[:lo] + b"[]" + data[end + 1:]).items) == b"[]":
                     return memoryview(data)[lo:end + 1]
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                 pass
@@ -180,11 +187,12 @@ class Loaded:
 
 
 class _Loader:
-    """``sources.files.load_file`` of the file's bytes, beside DuckDB. Where the system forks (Linux) it runs
-    in a child process, started at once: it holds no GIL of ours, so the text is cut and DuckDB started while it
-    loads, and DuckDB's threads never wait for it; the child (``load_file_apart``) sends back the snapshot
-    without its leases and their count. When the child refuses the file (or dies), the file is loaded here, which raises the loader's
-    own error (or, rarely, reads it: the child ran out of memory, say). The child dies with the command's
+    """The loader (``sources.files``) over the file's bytes, beside DuckDB. Where the system forks (Linux) it
+    runs in a child process, started at once: it holds no GIL of ours, so the text is cut and DuckDB started
+    while it loads, and DuckDB's threads never wait for it; the child (``load_file_apart``) sends back the
+    snapshot without its leases and their count. When the child refuses the file (or dies), the file is loaded
+    here (``load_file``), which raises the loader's own error (or, rarely, reads it: the child ran out of
+    memory, say). The child dies with the command's
     process (``PR_SET_PDEATHSIG``). Elsewhere a thread loads it, started when DuckDB lets the GIL go."""
 
     def __init__(self, name: str, data: bytes) -> None:
@@ -299,15 +307,20 @@ def _die_with(parent: int) -> None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _same_leases(con, leases: int) -> bool:
-    """The rows are the loader's leases: one per (namespace, name), as many, every instant plain (a lease that is
-    not is left out of the rows, which are then too few). (The loader
-    read every item DuckDB read; equal counts of distinct keys make them the same leases. A file with two
-    copies of a lease never passes: the child counts copies, and the loader in this process keeps one of two
+def _same_leases(keys: tuple[int, int], leases: int) -> bool:
+    """The rows (``keys``: how many, and how many keys) are the loader's leases: one per (namespace, name), as
+    many (every instant plain: the read fails otherwise). (The loader read every item DuckDB read: the top
+    level's items, ``_items``; equal counts of distinct keys make them the same leases. A file with two copies
+    of a lease never passes: the child counts copies, and the loader in this process keeps one of two
     identical copies. The keys are counted by their hashes: two keys of one hash can only make the count
     short, which sends the run to the loader's leases.)"""
-    total, distinct = con.execute("SELECT count(*), count(DISTINCT hash(namespace, name)) FROM lease_rows").fetchone()
+    total, distinct = keys
     return total == distinct == leases
+
+
+def _keys(con) -> tuple[int, int]:
+    """The rows, and their distinct (namespace, name) keys (by hash), for ``_same_leases``."""
+    return con.execute("SELECT count(*), count(DISTINCT hash(namespace, name)) FROM lease_rows").fetchone()
 
 
 @contextmanager

@@ -62,8 +62,10 @@ DERIVED: dict[str, str] = {
 
 
 def stored_rows(source: str) -> str:
-    """``select_rows(source)`` without ``DERIVED`` and the rows that are not ``plain`` (``plain`` left out too)."""
-    return (f"SELECT * EXCLUDE (plain, {', '.join(DERIVED)}) FROM ({select_rows(source)}) WHERE plain")
+    """``select_rows(source)`` without ``DERIVED`` and ``plain``: a row that is not ``plain`` fails the query
+    (DuckDB's ``error``, which names the lease; the loader's leases are then archived)."""
+    return (f"SELECT * EXCLUDE (plain, {', '.join(DERIVED)}) FROM ({select_rows(source)}) "
+            "WHERE CASE WHEN plain THEN true ELSE error('an instant not of the plain form, in lease ' || name) END")
 
 
 def view_columns() -> str:

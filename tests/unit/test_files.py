@@ -615,3 +615,20 @@ def test_load_file_apart_is_load_file_with_one_kind_left_as_given(tmp_path):
         (o.metadata.namespace, o.metadata.name) for o in objects]
     assert len(whole.leases) == 4 and whole.notes  # the copy is read once, with a note
     assert apart == dataclasses.replace(whole, leases=(), notes=())
+
+
+def test_load_file_apart_leaves_copies_that_differ_to_its_caller_and_sorts_the_rest():
+    """A copy that differs: ``load_file`` refuses it, ``load_file_apart`` returns both (the archive writer then
+    sends the file to ``load_file``); the other kinds are still put in order."""
+    from kubectl_runs.model import snapshot_document
+    from kubectl_runs.sources.files import load_file, load_file_apart
+
+    first, second = lease("same", owner="org:a"), lease("same", owner="org:b")
+    nodes = [node("n2"), node("n1")]
+    document = snapshot_document([to_manifest(o) for o in (*nodes, first, second)], "2025-11-01T00:00:00Z")
+    data = json.dumps(document).encode()
+    with pytest.raises(SnapshotError, match="different content"):
+        load_file("s.json", data)
+    apart, leases = load_file_apart("s.json", data, "GPULease")
+    assert [x.spec.owner for x in leases] == ["org:a", "org:b"]
+    assert [x.metadata.name for x in apart.nodes] == ["n1", "n2"]

@@ -12,12 +12,11 @@ the same words), but the leases reach DuckDB without being written out again as 
    archived, as in step 4);
 3. DuckDB reads every GPULease item into the table ``lease_rows`` (the view ``lease_view`` adds the columns
    it leaves out: ``snapshot_sql.DERIVED``; an instant not of the plain form fails the read), sorted as the
-   month files are (archive/snapshot_sql.py), in one statement on every core, beside the child (1M leases in API order on 2
-   cores, in the benchmark's process: 4.8-5.1 s a run, against 5.3-5.8 s with one thread fewer while the child
-   loaded). A thread loader runs meanwhile: DuckDB holds no GIL, so both run at once, but DuckDB's own thread
-   waits for the GIL while the loader decodes, and steps 1-2 cannot overlap the loader; the child process
-   overlaps them and holds no GIL of ours (5.4-5.7 s a run against 6.8-9.0 s with the thread, measured before
-   the child left the leases apart);
+   month files are (archive/snapshot_sql.py), in one statement on every core, beside the child. A thread
+   loader runs meanwhile: DuckDB holds no GIL, so both run at once, but DuckDB's own thread waits for the GIL
+   while the loader decodes, and steps 1-2 cannot overlap the loader; the child process overlaps them and
+   holds no GIL of ours (5.4-5.7 s a run against 6.8-9.0 s with the thread, measured before the child left the
+   leases apart). Where the time goes: bench/RESULTS.md, "the writer from one JSON snapshot";
 4. the loader's error, if it has one, is the command's (a child that refuses the file, or dies, leaves the file
    to the loader in this process, which raises the error in its own words). Otherwise the rows are used only
    when they are the loader's leases: as many, one per key, every instant of a form both read alike. If not (a
@@ -192,8 +191,8 @@ class _Loader:
     while it loads, and DuckDB's threads never wait for it; the child (``load_file_apart``) sends back the
     snapshot without its leases and their count. When the child refuses the file (or dies), the file is loaded
     here (``load_file``), which raises the loader's own error (or, rarely, reads it: the child ran out of
-    memory, say). The child dies with the command's
-    process (``PR_SET_PDEATHSIG``). Elsewhere a thread loads it, started when DuckDB lets the GIL go."""
+    memory, say). The child dies with the command's process (``PR_SET_PDEATHSIG``). Elsewhere a thread loads
+    it, started when DuckDB lets the GIL go."""
 
     def __init__(self, name: str, data: bytes) -> None:
         self.name, self.data = name, data

@@ -29,6 +29,7 @@ def connect() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "temp_directory": spill})
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")  # stderr is for our errors (DuckDB draws one for long queries)
     return con
 
 

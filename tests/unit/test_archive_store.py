@@ -237,3 +237,16 @@ def test_prunable_is_only_what_the_archive_holds_unchanged(tmp_path):
     got = prunable(arch, [closed[0], reborn, changed, closed[3], still_open])
     assert [x.key for x in got] == ["team/c0"] and got[0] is closed[0]
     assert [x.key for x in prunable(arch, closed)] == ["team/c0", "team/c1", "team/c2"]
+
+
+def test_a_connection_prints_nothing_of_its_own():
+    """DuckDB draws a progress bar for a long query where it thinks someone watches (seen on stderr with stdout
+    redirected in-process): the plugin's stderr is for its errors, so every connection has it off, cursors too."""
+    from kubectl_runs.archive import db
+
+    con = db.connect()
+    try:
+        for cursor in (con, con.cursor()):
+            assert cursor.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+    finally:
+        con.close()

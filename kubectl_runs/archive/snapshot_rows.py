@@ -59,17 +59,10 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 class _Items(msgspec.Struct, frozen=True, gc=False):
-    items: msgspec.Raw = msgspec.Raw(b"[]")
+    items: msgspec.Raw  # required: a file with no top-level items (one object, say) is the loader's alone
 
 
 _ITEMS = msgspec.json.Decoder(_Items)
-
-
-class _SplicedItems(msgspec.Struct, frozen=True, gc=False):
-    items: msgspec.Raw  # required: a file with no top-level items gives no text to DuckDB
-
-
-_SPLICED = msgspec.json.Decoder(_SplicedItems)
 
 
 @dataclass
@@ -140,7 +133,7 @@ def _items(data: bytes) -> memoryview:
     it in a later key's value (``{"items": [...], "x": [...]}``). The text between is then not one JSON array,
     which DuckDB refuses (it reads nothing else; the loader's leases are then archived, step 4), and everything
     else is the loader's to check. Otherwise the file is decoded with the items skipped (which raises for a file
-    that is not a JSON object)."""
+    that is not a JSON object, or has no top-level ``items``: the loader then reads it alone)."""
     found = _ITEMS_KEY.search(data)
     if found is not None:
         lo = found.end() - 1
@@ -150,7 +143,7 @@ def _items(data: bytes) -> memoryview:
             if end == -1:
                 break
             try:
-                if bytes(_SPLICED.decode(data[:lo] + b"[]" + data[end + 1:]).items) == b"[]":
+                if bytes(_ITEMS.decode(data[:lo] + b"[]" + data[end + 1:]).items) == b"[]":
                     return memoryview(data)[lo:end + 1]
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                 pass

@@ -38,6 +38,7 @@ from ..model import (
     NameMeta,
     Snapshot,
 )
+from .file_bytes import read_bytes
 from .json_keys import duplicate_key
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 from .strict_yaml import StrictLoader
@@ -350,7 +351,8 @@ def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
         return
     try:
         with open(path, "rb") as handle:
-            yield path, handle.read()
+            data = read_bytes(handle)
+        yield path, data
     except FileNotFoundError:
         raise SnapshotError(f"{path}: no such file or directory") from None
     except IsADirectoryError:

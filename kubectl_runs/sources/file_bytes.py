@@ -1,0 +1,105 @@
+"""A file's bytes, read by a few threads at once when the file is large.
+
+One ``read()`` of a snapshot of a million leases (~500 MB, in the page cache) takes 0.27-0.37 s on one core,
+most of it the kernel filling fresh pages, and nothing else can start before it ends. Two threads reading
+half each take 0.15-0.19 s (measured here, 2026-11-24). The result is an ordinary ``bytes`` object, so every
+reader downstream is unchanged: it is made as CPython's own ``read()`` makes one, with
+``PyBytes_FromStringAndSize(NULL, size)`` (a bytes object not yet filled in, which nothing else sees before it
+is returned), and filled by ``preadv`` from each thread (which holds no GIL while it copies).
+
+Anything unusual gets the plain ``read()``: a file that is not a regular one or is small, a Python whose bytes
+objects are laid out otherwise (checked once), a file that shrank or grew while it was read (``read()`` reads
+up to its end, as before).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from typing import BinaryIO
+
+PARALLEL_BYTES = 32 << 20  # smaller files are read in one call
+SPAN_BYTES = 16 << 20  # each thread reads at least this much, in calls of at most CHUNK_BYTES
+CHUNK_BYTES = 16 << 20
+MAX_THREADS = 4
+
+
+def read_bytes(handle: BinaryIO) -> bytes:
+    """The rest of ``handle``'s file, from its start (a file just opened): as ``handle.read()``."""
+    try:
+        info = os.fstat(handle.fileno())
+    except (OSError, ValueError):
+        return handle.read()
+    size = info.st_size
+    threads = min(MAX_THREADS, os.cpu_count() or 1, size // SPAN_BYTES)
+    if not stat.S_ISREG(info.st_mode) or size < PARALLEL_BYTES or threads < 2 or handle.tell() != 0:
+        return handle.read()
+    data = _unfilled(size)
+    if data is None or not _fill(handle.fileno(), data, threads) or os.pread(handle.fileno(), 1, size):
+        return handle.read()  # (after a partial fill the handle is still at 0: preadv does not move it)
+    handle.seek(size)
+    return data
+
+
+def _fill(fd: int, data: bytes, threads: int) -> bool:
+    """Fill ``data`` with the file's first ``len(data)`` bytes, ``threads`` spans at once; False when the file
+    ended first (it shrank) or a read failed."""
+    import ctypes
+
+    size = len(data)
+    view = memoryview((ctypes.c_char * size).from_address(id(data) + _OFFSET)).cast("B")
+    failed: list[BaseException] = []
+
+    def span(lo: int, hi: int) -> None:
+        try:
+            while lo < hi:
+                got = os.preadv(fd, [view[lo:min(hi, lo + CHUNK_BYTES)]], lo)
+                if got == 0:
+                    raise EOFError
+                lo += got
+        except (OSError, EOFError) as exc:
+            failed.append(exc)
+
+    bounds = [size * i // threads for i in range(threads + 1)]
+    workers = [threading.Thread(target=span, args=(bounds[i], bounds[i + 1]), name="file-reader", daemon=True)
+               for i in range(1, threads)]
+    for worker in workers:
+        worker.start()
+    span(bounds[0], bounds[1])
+    for worker in workers:
+        worker.join()
+    view.release()
+    return not failed
+
+
+def _unfilled(size: int) -> bytes | None:
+    """A new bytes object of ``size`` bytes, not filled in; None where that cannot be done here."""
+    if not _usable():
+        return None
+    return _NEW(None, size)
+
+
+_OFFSET = bytes.__basicsize__ - 1  # where a bytes object's bytes begin (CPython: the last member, ob_sval)
+_NEW = None
+_USABLE: bool | None = None
+
+
+def _usable() -> bool:
+    """Whether bytes objects can be made and filled so here: checked once, on a small one."""
+    global _NEW, _USABLE
+    if _USABLE is None:
+        _USABLE = False
+        try:
+            import ctypes
+
+            new = ctypes.pythonapi.PyBytes_FromStringAndSize
+            new.restype = ctypes.py_object  # a new reference, owned by the result
+            new.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+            probe = new(None, 16)
+            ctypes.memmove(id(probe) + _OFFSET, b"kubectl-runs/16b", 16)
+            if type(probe) is bytes and probe == b"kubectl-runs/16b":
+                _NEW, _USABLE = new, True
+        except (AttributeError, OSError, TypeError, ValueError):
+            pass
+    return _USABLE

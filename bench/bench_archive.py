@@ -211,6 +211,8 @@ JOBS = {
     "audit-one-slot": ("product", lambda fleet, archive, since: _audit(fleet, archive, ["--since", since])),
     "rows-30d-owner": ("rows", lambda fleet, archive: _rows(fleet, archive)),
     "rows-full-every-month": ("rows", lambda fleet, archive, since: _rows(fleet, archive, since, "month")),
+    "audit-full-hours": ("product", lambda fleet, archive, since: _audit(fleet, archive, ["--since", since,
+                                                                               "--hours-only"])),
     "sql-30d-owner-peaks": ("sql", lambda archive, since, until: sql(sql_audit(archive, since, until))),
     "sql-full-gpu-hours": ("sql", lambda archive: sql(
         f"SELECT sum(gpus * (epoch_us(ended) - epoch_us(start))) / 3.6e9, count(*) "
@@ -353,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         _add(results, in_child("sql-30d-owner-peaks", args.rounds, archive=archive, since=lo, until=hi), label)
         _add(results, in_child("rows-full-every-month", 1, fleet=fleet, archive=archive, since=since), label)
         _add(results, in_child("sql-full-gpu-hours", args.rounds, archive=archive), label)
+        _add(results, in_child("audit-full-hours", args.rounds, fleet=fleet, archive=archive, since=since), label)
         _add(results, in_child("sql-full-month-owner-peaks", 1, archive=archive), label)
         if leases <= args.product_limit:
             _add(results, in_child("audit-full-every-month", 1, fleet=fleet, archive=archive, since=since),

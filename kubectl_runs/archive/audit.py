@@ -20,10 +20,16 @@ from . import breakdown, db, findings, relation
 
 
 def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
-          by: Sequence[str], namespace: str | None = None) -> AuditReport:
-    """``engine.audit.audit`` of ``snapshot`` plus the leases of ``archives`` (each lease once)."""
+          by: Sequence[str], namespace: str | None = None, hours_only: bool = False) -> AuditReport:
+    """``engine.audit.audit`` of ``snapshot`` plus the leases of ``archives`` (each lease once). ``hours_only``:
+    GPU-hours and leases alone, one aggregate over the window (``breakdown.hours``)."""
     by = checked(by, since, until)
     notes = window_notes(at, until)
+    if hours_only:
+        with _window(snapshot, archives, since, min(until, at), by, namespace, entries=False) as con:
+            rows, micros, leases = breakdown.hours(con, by, namespace)
+        return AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
+                           total_leases=leases, findings=[], notes=notes, hours_only=True)
     with _window(snapshot, archives, since, min(until, at), by, namespace) as con:
         rows, micros, leases = breakdown.rows(con, by, namespace)
         found, instants = findings.findings(con, relation.VIEW, snapshot, since, min(until, at),
@@ -67,12 +73,14 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
 
 @contextmanager
 def _window(snapshot: Snapshot, archives: Sequence, lo: datetime, hi: datetime, by: tuple[str, ...],
-            namespace: str | None) -> Iterator:
-    """A connection holding the window's view (archive/relation.py) and its entries (archive/breakdown.py)."""
+            namespace: str | None, entries: bool = True) -> Iterator:
+    """A connection holding the window's view (archive/relation.py) and (``entries``) its entries
+    (archive/breakdown.py)."""
     con = db.connect()
     try:
         relation.define(con, archives, snapshot.leases, lo, hi)
-        breakdown.define_entries(con, by, namespace)
+        if entries:
+            breakdown.define_entries(con, by, namespace)
         yield con
     finally:
         con.close()

@@ -91,18 +91,23 @@ def _where(namespace: str | None) -> str:
     return "" if namespace is None else f" WHERE namespace = {db.quote(namespace)}"
 
 
-def define_entries(con, by: Sequence[str], namespace: str | None) -> None:
-    """The temp tables ``audit_keys`` and ``audit_entries``: one row per entry of the window (module docstring),
-    its key as a small integer (sorting and partitioning by it is cheaper than by strings)."""
-    names = ", ".join(f"k{i}" for i in range(len(by)))
+def _entries(by: Sequence[str], namespace: str | None) -> str:
+    """The ``SELECT`` of the window's entries (module docstring): their key (``k0``, ``k1``, … in ``by`` order),
+    weight ``w``, ``f`` (held from) and ``u`` (held until)."""
     keys = [f"{'node' if dim == NODE else _KEYS[dim]} AS k{i}" for i, dim in enumerate(by)]
     if NODE in by:
         source = (f"SELECT *, e.key AS node, e.value::INTEGER AS w FROM (SELECT *, unnest(map_entries(list_aggregate("
                   f"list_transform(slots, lambda s: {_NODE_OF}), 'histogram'))) AS e FROM {VIEW}{_where(namespace)})")
     else:
         source = f"SELECT *, gpus AS w FROM {VIEW}{_where(namespace)}"
-    run(con, f"CREATE OR REPLACE TEMP TABLE audit_raw AS SELECT {', '.join(keys)}, w, held_from_us AS f, "
-             f"held_until_us AS u FROM ({source})")
+    return f"SELECT {', '.join(keys)}, w, held_from_us AS f, held_until_us AS u FROM ({source})"
+
+
+def define_entries(con, by: Sequence[str], namespace: str | None) -> None:
+    """The temp tables ``audit_keys`` and ``audit_entries``: one row per entry of the window (module docstring),
+    its key as a small integer (sorting and partitioning by it is cheaper than by strings)."""
+    names = ", ".join(f"k{i}" for i in range(len(by)))
+    run(con, f"CREATE OR REPLACE TEMP TABLE audit_raw AS {_entries(by, namespace)}")
     run(con, f"CREATE OR REPLACE TEMP TABLE {KEYS} AS SELECT (row_number() OVER ())::INTEGER AS id, {names} "
              f"FROM (SELECT DISTINCT {names} FROM audit_raw)")
     run(con, f"CREATE OR REPLACE TEMP TABLE {ENTRIES} AS SELECT id, w, f, u FROM audit_raw JOIN {KEYS} USING ({names})")
@@ -127,6 +132,21 @@ SELECT id, us, leases, peak, low FROM used JOIN pk USING (id)""")
         total, count = lease_totals(con, namespace)
     else:
         total, count = sum(int(r[1]) for r in found), sum(r[2] for r in found)
+    return out, total, count
+
+
+def hours(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow], int, int]:
+    """``rows`` without the peaks (``peak_gpus`` None), in one aggregate over the view: no temp table, no sort
+    of the events (``--hours-only``). No ``define_entries`` needed."""
+    names = ", ".join(f"k{i}" for i in range(len(by)))
+    found = run(con, f"SELECT {names}, sum(w * (u - f)::HUGEINT), count(*) FROM ({_entries(by, namespace)}) "
+                     f"GROUP BY {names}")
+    width = len(by)
+    out = _audit_rows([(tuple(r[:width]), int(r[width]), r[width + 1], None) for r in found])
+    if NODE in by:  # a lease on two nodes is two entries: the totals count leases
+        total, count = lease_totals(con, namespace)
+    else:
+        total, count = sum(int(r[width]) for r in found), sum(r[width + 1] for r in found)
     return out, total, count
 
 

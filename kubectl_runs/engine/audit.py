@@ -26,7 +26,7 @@ work: slots are looked at once per distinct slot list, not once per lease.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import mul
 
@@ -66,7 +66,7 @@ class AuditRow:
     key: tuple[str, ...]
     gpu_seconds: float  # GPU-seconds inside the window
     leases: int  # leases of this key that overlap the window
-    peak_gpus: int  # most GPUs this key held at one instant inside the window
+    peak_gpus: int | None  # most GPUs this key held at one instant inside the window (None: not computed)
 
     @property
     def gpu_hours(self) -> float:
@@ -85,16 +85,25 @@ class AuditReport:
     findings: list[Finding]
     ledger_instants: int = 0  # how many instants the ledger was evaluated at
     notes: list[str] = field(default_factory=list)
+    hours_only: bool = False  # --hours-only: GPU-hours and leases alone (the rows' peaks and the findings unknown)
 
     @property
     def total_gpu_hours(self) -> float:
         return self.total_gpu_seconds / 3600.0
 
     @property
-    def report(self) -> reports.AuditReport:
+    def report(self) -> reports.AuditReport | reports.AuditHoursReport:
         """The value ``-o json`` prints: each row's ``by`` dimensions first, in the order asked for."""
-        row_type = reports.audit_row_type(self.by)
         round_hours = reports.round_hours
+        if self.hours_only:
+            hours_row = reports.audit_hours_row_type(self.by)
+            return reports.AuditHoursReport(
+                since=rfc3339(self.since) or "",
+                until=rfc3339(self.until) or "",
+                rows=[hours_row(*row.key, round_hours(row.gpu_hours), row.leases) for row in self.rows],
+                totals=reports.AuditTotals(round_hours(self.total_gpu_hours), self.total_leases),
+            )
+        row_type = reports.audit_row_type(self.by)
         return reports.AuditReport(
             since=rfc3339(self.since) or "",
             until=rfc3339(self.until) or "",
@@ -116,14 +125,20 @@ def audit(
     by: Sequence[str] = (OWNER,),
     namespace: str | None = None,
     ledger_at_starts: bool = True,
+    hours_only: bool = False,
 ) -> AuditReport:
     """GPU-hours, leases and peak GPUs per key of ``by`` over ``[since, until)``, with findings.
 
     Units: GPU-hours in the rows and totals, GPUs for peaks. Only leases of ``namespace`` are counted and
     reported when it is given; funding is still judged with every lease charged to an envelope (a borrower in
     another namespace uses the same envelope). ``ledger_at_starts=False`` evaluates the ledger only at the end
-    of the window."""
-    return _audit(snapshot, at, since, until, checked(by, since, until), namespace, ledger_at_starts)
+    of the window. ``hours_only``: GPU-hours and leases alone (no peaks, no findings: ``--hours-only``)."""
+    report = _audit(snapshot, at, since, until, checked(by, since, until), namespace, ledger_at_starts,
+                    findings=not hours_only)
+    if hours_only:
+        rows = [AuditRow(row.key, row.gpu_seconds, row.leases, None) for row in report.rows]
+        return replace(report, rows=rows, hours_only=True)
+    return report
 
 
 def checked(by: Sequence[str], since: datetime, until: datetime) -> tuple[str, ...]:
@@ -149,13 +164,15 @@ def _audit(
     by: tuple[str, ...],
     namespace: str | None,
     ledger_at_starts: bool,
+    findings: bool = True,
 ) -> AuditReport:
     notes = window_notes(at, until)
     hi_at = min(until, at)
     win = clip(snapshot.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     rows, total_seconds, total_leases = _counted(win, by, namespace)
 
-    found, instants = window_findings(snapshot, win, since, hi_at, namespace, ledger_at_starts, notes)
+    found, instants = ([], 0) if not findings else window_findings(snapshot, win, since, hi_at, namespace,
+                                                                    ledger_at_starts, notes)
     return AuditReport(
         at=at,
         since=since,

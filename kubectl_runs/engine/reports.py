@@ -172,6 +172,34 @@ class AuditReport(Value):
     findings: list[FindingEntry]
 
 
+class AuditHoursRow(Value, kw_only=True):
+    """One key of ``--hours-only``: an ``AuditRow`` without its peak (``audit_hours_row_type``)."""
+
+    owner: str | None = None
+    envelope: str | None = None
+    flavor: str | None = None
+    run: str | None = None
+    node: str | None = None
+    gpu_hours: float
+    leases: int
+
+
+@functools.cache
+def audit_hours_row_type(by: tuple[str, ...]) -> type[msgspec.Struct]:
+    fields = [(dim, str) for dim in by] + [("gpu_hours", float), ("leases", int)]
+    return msgspec.defstruct(f"AuditHoursRow_{'_'.join(by)}", fields, bases=(Value,), frozen=True)
+
+
+class AuditHoursReport(Value):
+    """``kubectl runs leases audit --hours-only``: GPU-hours and leases per key over [since, until), the rows and
+    totals of ``AuditReport`` without peaks or findings."""
+
+    since: str
+    until: str
+    rows: list[AuditHoursRow]
+    totals: AuditTotals
+
+
 # --- leases audit --every -------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from ..kueue.reports import ExplainWorkloadReport, QueuesUsageReport
 from .reports import (
     ArchiveReport,
     ArchiveVerifyReport,
+    AuditHoursReport,
     AuditReport,
     PeriodsAuditReport,
     UsageReport,
@@ -31,6 +32,7 @@ from .run_reports import ExplainReport, PlanReport
 SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "budgets-usage": ("kubectl runs budgets usage -o json", UsageReport),
     "leases-audit": ("kubectl runs leases audit -o json", AuditReport),
+    "leases-audit-hours": ("kubectl runs leases audit --hours-only -o json", AuditHoursReport),
     "leases-audit-every": ("kubectl runs leases audit --every day|week|month -o json", PeriodsAuditReport),
     "leases-archive": ("kubectl runs leases archive --to DIR -o json", ArchiveReport),
     "leases-archive-verify": ("kubectl runs leases archive --verify DIR -o json", ArchiveVerifyReport),

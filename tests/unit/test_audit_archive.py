@@ -388,3 +388,81 @@ def test_a_generated_history(capsys, generated_history, args):
     assert data["totals"]["leases"] > 100 and data["rows"]
     if "400d" in args:  # the planted double bookings, one a month
         assert sum(f["kind"] == "DoubleBooked" for f in data["findings"]) >= 10
+
+
+# --- --hours-only -------------------------------------------------------------------------------------------------
+
+
+def _without_peaks(full: str) -> dict:
+    """A full audit's JSON as --hours-only prints it: its rows and totals, no peaks, no findings."""
+    data = json.loads(full)
+    return {"since": data["since"], "until": data["until"],
+            "rows": [{k: v for k, v in row.items() if k != "peakGPUs"} for row in data["rows"]],
+            "totals": data["totals"]}
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+@pytest.mark.parametrize("by", BYS, ids=["-".join(b) for b in BYS])
+def test_hours_only_is_the_audit_without_peaks_or_findings(capsys, fleet, window, by):
+    """--hours-only, archive and live or one snapshot of everything: the full audit's rows and totals, exactly,
+    without peaks and findings (one aggregate over the window on the archive path, breakdown.hours)."""
+    args = [*WINDOWS[window], *(x for b in by for x in ("--by", b))]
+    full = report(capsys, "--snapshot", fleet["all"], *args)
+    want = report(capsys, "--snapshot", fleet["all"], "--hours-only", *args)
+    got = report(capsys, "--snapshot", fleet["live"], "--archive", fleet["archive"], "--hours-only", *args)
+    assert want[0] == got[0] == 0
+    assert json.loads(want[1]) == _without_peaks(full[1])
+    assert got == want
+    if window in ("inside", "across", "whole"):
+        assert json.loads(got[1])["totals"]["leases"] > 50
+
+
+@pytest.mark.parametrize("namespace", ["team", "ext"])
+def test_hours_only_counts_each_lease_once_in_a_namespace(capsys, fleet, namespace):
+    args = ["-n", namespace, *WINDOWS["whole"], "--by", "node", "--hours-only"]
+    want = report(capsys, "--snapshot", fleet["all"], *args)
+    assert json.loads(want[1])["rows"]
+    assert report(capsys, "--snapshot", fleet["all"], "--archive", fleet["archive"], *args) == want
+    assert report(capsys, "--snapshot", fleet["live"], "--archive", fleet["older"], "--archive", fleet["archive"],
+                  *args) == want
+
+
+def test_hours_only_table_and_csv_have_no_peaks(capsys, fleet):
+    args = ["leases", "audit", "--at", AT.isoformat(), "--snapshot", fleet["live"], "--archive", fleet["archive"],
+            *WINDOWS["whole"], "--hours-only"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and err == ""
+    assert "peaks and findings not computed: --hours-only" in out
+    assert "PEAK" not in out and "Findings" not in out
+    code, out, err = run_cli(capsys, *args, "-o", "csv")
+    assert code == 0
+    assert out.splitlines()[0] == "OWNER,GPU-HOURS,SHARE,AVG-GPUS,LEASES"
+
+
+@pytest.mark.parametrize("flag", [["--strict"], ["--every", "week"]])
+def test_hours_only_refuses_what_needs_peaks_or_findings(capsys, fleet, flag):
+    code, out, err = run_cli(capsys, "leases", "audit", "--snapshot", fleet["all"], "--hours-only", *flag)
+    assert code == 2 and out == ""
+    assert err.startswith("error: --hours-only") and flag[0] in err.splitlines()[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), count=st.integers(0, 80), cut_days=st.integers(-130, 40),
+       lo_days=st.integers(-160, 40), span_days=st.integers(1, 200),
+       by=st.sampled_from([("owner",), ("node",), ("run", "flavor"), ("envelope", "node")]))
+def test_hours_only_sql_is_the_engine(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by):
+    """Random histories: the archive path's --hours-only report is the engine's on every lease."""
+    leases = history(seed, count, days=120)
+    cut = T0 + timedelta(days=cut_days)
+    directory = tmp_path_factory.mktemp("h")
+    store.archive(directory, leases, archived_at=AT, before=cut)
+    everything = snapshot(*fleet_objects(), *sorted(leases, key=lambda x: (x.metadata.namespace, x.metadata.name)))
+    live = snapshot(*fleet_objects(), *sorted((x for x in leases if not archived(x, cut)),
+                                              key=lambda x: (x.metadata.namespace, x.metadata.name)))
+    since = T0 + timedelta(days=lo_days)
+    until = since + timedelta(days=span_days)
+    want = audit(everything, AT, since=since, until=until, by=by, hours_only=True)
+    got = archived_audit.audit(live, [reader.open_archive(directory)], AT, since=since, until=until, by=by,
+                               hours_only=True)
+    assert plain(got.report) == plain(want.report)
+    assert [row.peak_gpus for row in got.rows] == [None] * len(got.rows)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from builders import run_cli
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -24,7 +24,8 @@ SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "snapshot",
            "queues-usage", "explain-workload",  # these two: tests/unit/test_kueue_explain.py
            "leases-archive", "leases-archive-verify",  # these two: tests/unit/test_cli_archive.py
-           "leases-audit-every")  # tests/unit/test_audit_periods.py
+           "leases-audit-every",  # tests/unit/test_audit_periods.py
+           "leases-audit-hours")
 
 
 @cache
@@ -107,6 +108,12 @@ def test_leases_audit(capsys, fleet, by):
     data = json_of(capsys, "leases", "audit", "--snapshot", fleet, "--since", "90d", *args)
     check("leases-audit", data)
     assert data["rows"] and data["findings"]
+    hours = json_of(capsys, "leases", "audit", "--snapshot", fleet, "--since", "90d", "--hours-only", *args)
+    check("leases-audit-hours", hours)
+    assert hours["rows"] == [{k: v for k, v in row.items() if k != "peakGPUs"} for row in data["rows"]]
+    assert hours["totals"] == data["totals"]
+    with pytest.raises(ValidationError):  # a row with a peak is not an --hours-only row
+        validator("leases-audit-hours").validate({**hours, "rows": data["rows"]})
 
 
 def test_seeds_verify(capsys, fleet):

@@ -65,6 +65,7 @@ def _reports(path: str, scratch: Path) -> list[tuple[str, list[str]]]:
            ("queues-usage", ["queues", "usage"])]
     for by in (["owner"], ["envelope", "run"], ["node", "flavor"]):
         out.append(("leases-audit", ["leases", "audit", *(x for b in by for x in ("--by", b))]))
+    out.append(("leases-audit-hours", ["leases", "audit", "--hours-only", "--by", "node", "--by", "owner"]))
     out.append(("leases-audit-every", ["leases", "audit", "--every", "week", "--since", "60d", "--by", "owner",
                                        "--by", "flavor"]))
     archive = str(scratch / "archive")  # written, then verified

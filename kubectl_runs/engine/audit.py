@@ -95,22 +95,16 @@ class AuditReport:
     def report(self) -> reports.AuditReport | reports.AuditHoursReport:
         """The value ``-o json`` prints: each row's ``by`` dimensions first, in the order asked for."""
         round_hours = reports.round_hours
+        since, until = rfc3339(self.since) or "", rfc3339(self.until) or ""
+        totals = reports.AuditTotals(round_hours(self.total_gpu_hours), self.total_leases)
         if self.hours_only:
-            hours_row = reports.audit_hours_row_type(self.by)
-            return reports.AuditHoursReport(
-                since=rfc3339(self.since) or "",
-                until=rfc3339(self.until) or "",
-                rows=[hours_row(*row.key, round_hours(row.gpu_hours), row.leases) for row in self.rows],
-                totals=reports.AuditTotals(round_hours(self.total_gpu_hours), self.total_leases),
-            )
+            row_type = reports.audit_row_type(self.by, peaks=False)
+            rows = [row_type(*row.key, round_hours(row.gpu_hours), row.leases) for row in self.rows]
+            return reports.AuditHoursReport(since=since, until=until, rows=rows, totals=totals)
         row_type = reports.audit_row_type(self.by)
-        return reports.AuditReport(
-            since=rfc3339(self.since) or "",
-            until=rfc3339(self.until) or "",
-            rows=[row_type(*row.key, round_hours(row.gpu_hours), row.leases, row.peak_gpus) for row in self.rows],
-            totals=reports.AuditTotals(round_hours(self.total_gpu_hours), self.total_leases),
-            findings=reports.finding_entries(self.findings),
-        )
+        rows = [row_type(*row.key, round_hours(row.gpu_hours), row.leases, row.peak_gpus) for row in self.rows]
+        return reports.AuditReport(since=since, until=until, rows=rows, totals=totals,
+                                   findings=reports.finding_entries(self.findings))
 
 
 # --- the report -------------------------------------------------------------------------------------------

@@ -136,9 +136,8 @@ def aggregate_row(aggregate: AggregateUsage) -> AggregateRow:
 # --- leases audit ---------------------------------------------------------------------------------------------
 
 
-class AuditRow(Value, kw_only=True):
-    """One key of the breakdown. Only the ``--by`` dimensions appear, first, in the order asked for
-    (``audit_row_type``); this type lists them all, for the schema."""
+class AuditHoursRow(Value, kw_only=True):
+    """One key of ``--hours-only``: an ``AuditRow`` without its peak (``audit_row_type(by, peaks=False)``)."""
 
     owner: str | None = None
     envelope: str | None = None
@@ -147,14 +146,23 @@ class AuditRow(Value, kw_only=True):
     node: str | None = None
     gpu_hours: float
     leases: int
+
+
+class AuditRow(AuditHoursRow, kw_only=True):
+    """One key of the breakdown. Only the ``--by`` dimensions appear, first, in the order asked for
+    (``audit_row_type``); this type lists them all, for the schema."""
+
     peak_gpus: int
 
 
 @functools.cache
-def audit_row_type(by: tuple[str, ...]) -> type[msgspec.Struct]:
-    """The row type of a breakdown by ``by``: its dimensions first, in that order, then the figures."""
-    fields = [(dim, str) for dim in by] + [("gpu_hours", float), ("leases", int), ("peak_gpus", int)]
-    return msgspec.defstruct(f"AuditRow_{'_'.join(by)}", fields, bases=(Value,), frozen=True)
+def audit_row_type(by: tuple[str, ...], peaks: bool = True) -> type[msgspec.Struct]:
+    """The row type of a breakdown by ``by``: its dimensions first, in that order, then the figures (the peak
+    left out for ``--hours-only``)."""
+    figures = [("gpu_hours", float), ("leases", int)] + ([("peak_gpus", int)] if peaks else [])
+    name = "AuditRow" if peaks else "AuditHoursRow"
+    return msgspec.defstruct(f"{name}_{'_'.join(by)}", [(dim, str) for dim in by] + figures, bases=(Value,),
+                             frozen=True)
 
 
 class AuditTotals(Value):
@@ -170,24 +178,6 @@ class AuditReport(Value):
     rows: list[AuditRow]
     totals: AuditTotals
     findings: list[FindingEntry]
-
-
-class AuditHoursRow(Value, kw_only=True):
-    """One key of ``--hours-only``: an ``AuditRow`` without its peak (``audit_hours_row_type``)."""
-
-    owner: str | None = None
-    envelope: str | None = None
-    flavor: str | None = None
-    run: str | None = None
-    node: str | None = None
-    gpu_hours: float
-    leases: int
-
-
-@functools.cache
-def audit_hours_row_type(by: tuple[str, ...]) -> type[msgspec.Struct]:
-    fields = [(dim, str) for dim in by] + [("gpu_hours", float), ("leases", int)]
-    return msgspec.defstruct(f"AuditHoursRow_{'_'.join(by)}", fields, bases=(Value,), frozen=True)
 
 
 class AuditHoursReport(Value):

@@ -172,11 +172,9 @@ def test_a_generated_fleet(capsys, generated, since, by):
                          "UnboundNamespace"}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), count=st.integers(0, 80), cut_days=st.integers(-130, 40),
-       lo_days=st.integers(-160, 40), span_days=st.integers(1, 200),
-       by=st.sampled_from([("owner",), ("node",), ("run", "flavor"), ("envelope",)]))
-def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by):
+def _random_case(tmp_path_factory, seed: int, count: int, cut_days: int, lo_days: int, span_days: int):
+    """A random history archived up to a cut: (a snapshot of every lease, a snapshot of the leases not archived,
+    the archive's directory, since, until)."""
     leases = history(seed, count, days=120)
     cut = T0 + timedelta(days=cut_days)
     directory = tmp_path_factory.mktemp("h")
@@ -185,7 +183,16 @@ def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span
     live = snapshot(*fleet_objects(), *sorted((x for x in leases if not archived(x, cut)),
                                               key=lambda x: (x.metadata.namespace, x.metadata.name)))
     since = T0 + timedelta(days=lo_days)
-    until = since + timedelta(days=span_days)
+    return everything, live, directory, since, since + timedelta(days=span_days)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), count=st.integers(0, 80), cut_days=st.integers(-130, 40),
+       lo_days=st.integers(-160, 40), span_days=st.integers(1, 200),
+       by=st.sampled_from([("owner",), ("node",), ("run", "flavor"), ("envelope",)]))
+def test_random_histories(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by):
+    everything, live, directory, since, until = _random_case(tmp_path_factory, seed, count, cut_days, lo_days,
+                                                             span_days)
     want = audit(everything, AT, since=since, until=until, by=by)
     merged = with_archived(live, [reader.open_archive(directory)], since, min(until, AT))
     got = audit(merged, AT, since=since, until=until, by=by)
@@ -452,15 +459,8 @@ def test_hours_only_refuses_what_needs_peaks_or_findings(capsys, fleet, flag):
        by=st.sampled_from([("owner",), ("node",), ("run", "flavor"), ("envelope", "node")]))
 def test_hours_only_sql_is_the_engine(tmp_path_factory, seed, count, cut_days, lo_days, span_days, by):
     """Random histories: the archive path's --hours-only report is the engine's on every lease."""
-    leases = history(seed, count, days=120)
-    cut = T0 + timedelta(days=cut_days)
-    directory = tmp_path_factory.mktemp("h")
-    store.archive(directory, leases, archived_at=AT, before=cut)
-    everything = snapshot(*fleet_objects(), *sorted(leases, key=lambda x: (x.metadata.namespace, x.metadata.name)))
-    live = snapshot(*fleet_objects(), *sorted((x for x in leases if not archived(x, cut)),
-                                              key=lambda x: (x.metadata.namespace, x.metadata.name)))
-    since = T0 + timedelta(days=lo_days)
-    until = since + timedelta(days=span_days)
+    everything, live, directory, since, until = _random_case(tmp_path_factory, seed, count, cut_days, lo_days,
+                                                             span_days)
     want = audit(everything, AT, since=since, until=until, by=by, hours_only=True)
     got = archived_audit.audit(live, [reader.open_archive(directory)], AT, since=since, until=until, by=by,
                                hours_only=True)

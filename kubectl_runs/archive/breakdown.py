@@ -139,8 +139,9 @@ def hours(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow]
     """``rows`` without the peaks (``peak_gpus`` None), in one aggregate over the view: no temp table, no sort
     of the events (``--hours-only``). No ``define_entries`` needed."""
     names = ", ".join(f"k{i}" for i in range(len(by)))
+    known = " AND ".join(f"k{i} IS NOT NULL" for i in range(len(by)))  # as define_entries' join keeps them
     found = run(con, f"SELECT {names}, sum(w * (u - f)::HUGEINT), count(*) FROM ({_entries(by, namespace)}) "
-                     f"GROUP BY {names}")
+                     f"WHERE {known} GROUP BY {names}")
     width = len(by)
     out = _audit_rows([(tuple(r[:width]), int(r[width]), r[width + 1], None) for r in found])
     if NODE in by:  # a lease on two nodes is two entries: the totals count leases

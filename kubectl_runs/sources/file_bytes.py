@@ -37,7 +37,10 @@ def read_bytes(handle: BinaryIO) -> bytes:
     if not stat.S_ISREG(info.st_mode) or size < PARALLEL_BYTES or threads < 2 or handle.tell() != 0:
         return handle.read()
     data = _unfilled(size)
-    if data is None or not _fill(handle.fileno(), data, threads) or os.pread(handle.fileno(), 1, size):
+    if data is None:
+        return handle.read()
+    if not _fill(handle.fileno(), data, threads) or os.pread(handle.fileno(), 1, size):
+        del data  # (not held while the file is read again)
         return handle.read()  # (after a partial fill the handle is still at 0: preadv does not move it)
     handle.seek(size)
     return data
@@ -45,32 +48,38 @@ def read_bytes(handle: BinaryIO) -> bytes:
 
 def _fill(fd: int, data: bytes, threads: int) -> bool:
     """Fill ``data`` with the file's first ``len(data)`` bytes, ``threads`` spans at once; False when the file
-    ended first (it shrank) or a read failed."""
+    ended first (it shrank), or any read failed or could not start. Each reader holds ``data`` itself (its
+    thread's arguments), so that it outlives a reader still running when this returns early (an interrupt)."""
     import ctypes
 
     size = len(data)
     view = memoryview((ctypes.c_char * size).from_address(id(data) + _OFFSET)).cast("B")
     failed: list[BaseException] = []
 
-    def span(lo: int, hi: int) -> None:
+    def span(lo: int, hi: int, _data: bytes) -> None:
         try:
             while lo < hi:
                 got = os.preadv(fd, [view[lo:min(hi, lo + CHUNK_BYTES)]], lo)
                 if got == 0:
                     raise EOFError
                 lo += got
-        except (OSError, EOFError) as exc:
-            failed.append(exc)
+        except Exception as exc:  # any failure (a MemoryError too) leaves the span unfilled: read() instead. (An
+            failed.append(exc)  # interrupt reaches the command's thread only, and goes on up from there.)
 
     bounds = [size * i // threads for i in range(threads + 1)]
-    workers = [threading.Thread(target=span, args=(bounds[i], bounds[i + 1]), name="file-reader", daemon=True)
-               for i in range(1, threads)]
-    for worker in workers:
-        worker.start()
-    span(bounds[0], bounds[1])
-    for worker in workers:
-        worker.join()
-    view.release()
+    started: list[threading.Thread] = []
+    try:
+        for i in range(1, threads):
+            worker = threading.Thread(target=span, args=(bounds[i], bounds[i + 1], data), name="file-reader",
+                                      daemon=True)
+            worker.start()
+            started.append(worker)
+        span(bounds[0], bounds[1], data)
+    except RuntimeError as exc:  # a thread that cannot start: the file is read at once instead
+        failed.append(exc)
+    finally:
+        for worker in started:
+            worker.join()
     return not failed
 
 
@@ -91,6 +100,8 @@ def _usable() -> bool:
         try:
             import ctypes
 
+            if not hasattr(os, "preadv"):  # (Linux and BSDs have it; Windows and older macOS do not)
+                return False
             probe = bytes(16)
             if probe is bytes(16):  # a shared (cached) object: not to be written
                 return False

@@ -109,3 +109,61 @@ def test_the_loader_reads_a_large_snapshot_the_same(tmp_path, small_spans):
     assert small_spans == [4]
     once = load_snapshot([str(EXAMPLE)])
     assert threaded.leases == once.leases and threaded.runs == once.runs and threaded.budgets == once.budgets
+
+
+def test_a_read_that_fails_in_one_thread_is_read_again_at_once(tmp_path, small_spans, monkeypatch):
+    """Any failure of a reader (not only an OSError) means read(): never a span left unfilled."""
+    path, expected = _file(tmp_path, 3 << 20)
+    real = os.preadv
+    failed = []
+
+    def preadv(fd, buffers, offset):
+        if offset >= (1 << 20) and not failed:
+            failed.append(offset)
+            raise MemoryError
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(file_bytes.os, "preadv", preadv)
+    assert _read(path) == expected
+    assert failed and small_spans == [4]
+
+
+def test_a_thread_that_cannot_start_means_read(tmp_path, small_spans, monkeypatch):
+    path, expected = _file(tmp_path, 3 << 20)
+    starts = []
+    real = file_bytes.threading.Thread.start
+
+    def start(self):
+        starts.append(self)
+        if len(starts) == 2:
+            raise RuntimeError("can't start new thread")
+        return real(self)
+
+    monkeypatch.setattr(file_bytes.threading.Thread, "start", start)
+    assert _read(path) == expected
+    assert len(starts) == 2 and not starts[0].is_alive()  # the one started was waited for
+
+
+def test_an_interrupt_stops_the_read_and_no_reader_outlives_its_bytes(tmp_path, small_spans, monkeypatch):
+    """Ctrl-C in the command's thread goes on up; a reader still running holds the bytes it fills."""
+    path, _expected = _file(tmp_path, 3 << 20)
+    real = os.preadv
+    main = file_bytes.threading.main_thread()
+
+    def preadv(fd, buffers, offset):
+        if file_bytes.threading.current_thread() is main:
+            raise KeyboardInterrupt
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(file_bytes.os, "preadv", preadv)
+    with pytest.raises(KeyboardInterrupt):
+        _read(path)
+    assert not [t for t in file_bytes.threading.enumerate() if t.name == "file-reader"]
+
+
+def test_without_preadv_the_file_is_read_at_once(tmp_path, small_spans, monkeypatch):
+    monkeypatch.delattr(file_bytes.os, "preadv")
+    monkeypatch.setattr(file_bytes, "_USABLE", None)
+    path, expected = _file(tmp_path, 2 << 20)
+    assert _read(path) == expected
+    assert small_spans == []

@@ -88,16 +88,16 @@ def define(con, archives: Sequence, live: Sequence[GPULease], lo: datetime, hi: 
 def _archived(archives: Sequence, lo: datetime, hi: datetime, lo_ts: str, hi_ts: str) -> list[tuple[str, str]]:
     """Per archive with files that can touch the window, the select of its leases that held GPUs in it (with
     ``archive_index``, and each row's ``filename`` and ``file_row_number``), and the list of those files (SQL)."""
-    selects = []
+    found = []
     for index, arch in enumerate(archives):
         files = arch.files(lo, hi)
         if not files:
             continue
         paths = "[" + ", ".join(db.quote(arch.directory / p.file) for p in files) + "]"
-        selects.append((f"SELECT *, {index} AS archive_index FROM read_parquet({paths}, hive_partitioning = false, "
-                        f"filename = true, file_row_number = true) "
-                        f"WHERE start < {hi_ts} AND ended > {lo_ts} AND ended > start", paths))
-    return selects
+        found.append((f"SELECT *, {index} AS archive_index FROM read_parquet({paths}, hive_partitioning = false, "
+                      f"filename = true, file_row_number = true) "
+                      f"WHERE start < {hi_ts} AND ended > {lo_ts} AND ended > start", paths))
+    return found
 
 
 _NAMES_INLINE = 10_000  # up to this many live leases, their names also filter the Parquet scan (pushed down)

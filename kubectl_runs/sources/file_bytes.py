@@ -9,8 +9,8 @@ each thread (which holds no GIL while it copies) through its address (``ctypes``
 fills the bytes object it returns.
 
 Anything unusual gets the plain ``read()``: a file that is not a regular one or is small, a Python whose bytes
-objects are laid out otherwise (checked once), a file that shrank or grew while it was read (``read()`` reads
-up to its end, as before).
+objects are laid out otherwise or a system without ``preadv`` (checked once), a file that shrank or grew while
+it was read (``read()`` reads up to its end, as before), any reader that failed or could not start.
 """
 
 from __future__ import annotations

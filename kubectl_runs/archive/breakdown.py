@@ -127,12 +127,7 @@ pk AS (SELECT id, max(level) AS peak, min(level) AS low FROM lv GROUP BY id),
 used AS (SELECT id, sum(w * (u - f)::HUGEINT) AS us, count(*) AS leases FROM {ENTRIES} GROUP BY id)
 SELECT id, us, leases, peak, low FROM used JOIN pk USING (id)""")
     key_of = _key_of(con, len(by))
-    out = _audit_rows([(key_of[i], int(us), leases, int(peak)) for i, us, leases, peak in found])
-    if NODE in by:  # a lease on two nodes is two entries: the totals count leases
-        total, count = lease_totals(con, namespace)
-    else:
-        total, count = sum(int(r[1]) for r in found), sum(r[2] for r in found)
-    return out, total, count
+    return _with_totals(con, by, namespace, [(key_of[i], int(us), leases, int(peak)) for i, us, leases, peak in found])
 
 
 def hours(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow], int, int]:
@@ -143,12 +138,17 @@ def hours(con, by: Sequence[str], namespace: str | None) -> tuple[list[AuditRow]
     found = run(con, f"SELECT {names}, sum(w * (u - f)::HUGEINT), count(*) FROM ({_entries(by, namespace)}) "
                      f"WHERE {known} GROUP BY {names}")
     width = len(by)
-    out = _audit_rows([(tuple(r[:width]), int(r[width]), r[width + 1], None) for r in found])
+    return _with_totals(con, by, namespace, [(tuple(r[:width]), int(r[width]), r[width + 1], None) for r in found])
+
+
+def _with_totals(con, by: Sequence[str], namespace: str | None,
+                 counted: list[tuple]) -> tuple[list[AuditRow], int, int]:
+    """(key, GPU-µs, leases, peak) per key -> the sorted rows, the window's GPU-microseconds and its leases."""
     if NODE in by:  # a lease on two nodes is two entries: the totals count leases
         total, count = lease_totals(con, namespace)
     else:
-        total, count = sum(int(r[width]) for r in found), sum(r[width + 1] for r in found)
-    return out, total, count
+        total, count = sum(c[1] for c in counted), sum(c[2] for c in counted)
+    return _audit_rows(counted), total, count
 
 
 def lease_totals(con, namespace: str | None) -> tuple[int, int]:

@@ -391,6 +391,15 @@ class Action(Record):
     gpus: Int64 = 0
 
 
+class ProtectedEntry(Record):
+    """A Run a lottery could not draw (engine/protection.py): why, and until when."""
+
+    run: str
+    reason: str = ""
+    until: Time | None = None
+    detail: str = ""
+
+
 class Activation(Record):
     at: Time | None = None
     seed: str = ""
@@ -398,6 +407,11 @@ class Activation(Record):
     conflict_set: tuple[ConflictEntry, ...] = ()
     actions: tuple[Action, ...] = ()
     freed_gpus: Int64 = 0
+    # Round 3 (docs/reconciler.md): "placement" = the victims are the shortest prefix of the draw after which the
+    # Run places; "" (older records) = victims until their GPUs cover deficitGPUs.
+    rule: str = ""
+    protected: tuple[ProtectedEntry, ...] = ()
+    decided_at: Time | None = None  # when the reconciler took the decision (at = the seed's instant)
 
 
 ReservationState = Literal["Pending", "Activated", "Released", "Failed"]

@@ -21,13 +21,13 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-def parse_duration(text: str, flag: str) -> float:
-    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds."""
+def parse_duration(text: str, flag: str, *, zero: bool = False) -> float:
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``0`` only when ``zero``)."""
     match = _DURATION.match(text.strip())
     if not match:
         raise UsageError(f"{flag}: {text!r} is not a duration (examples: 30s, 5m, 1h)")
     seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not zero):
         raise UsageError(f"{flag}: must be more than 0")
     return seconds
 
@@ -61,11 +61,20 @@ def leader_namespace(explicit: str | None) -> str:
 @click.option("--leader-election-id", default=DEFAULT_LEADER_ID, show_default=True, metavar="NAME",
               help="Name of the Lease.")
 @click.option("--identity", metavar="ID", help="This replica's name in the Lease (default: <hostname>_<pid>).")
+@click.option("--min-run-time", default="1h", show_default=True, metavar="DURATION",
+              help="With --manage-leases: a Run started through an activation is out of every preemption this long.")
+@click.option("--victim-protection", default="6h", show_default=True, metavar="DURATION",
+              help="With --manage-leases: a Run that lost GPUs to a lottery is out of every lottery this long, and "
+                   "gets no Reservation in that time (it starts when GPUs are free).")
+@click.option("--eta-grace", default="15m", show_default=True, metavar="DURATION",
+              help="With --manage-leases: a Run whose reported completion is within this of an activation is not "
+                   "a victim (it frees its GPUs by itself); the activation waits for it instead.")
 @global_options
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool, resync_period: str,
               metrics_addr: str, leader_elect: bool, leader_election_namespace: str | None,
-              leader_election_id: str, identity: str | None) -> int:
+              leader_election_id: str, identity: str | None, min_run_time: str, victim_protection: str,
+              eta_grace: str) -> int:
     """Watch Budgets, Runs, Reservations, GPULeases and Nodes and write what the reports compute into status:
     Budget usage and headroom per envelope, Run width/funding/plan/phase with Ready, Funded and Placeable
     conditions, Reservation forecasts. Only status, only when it changed (a resync of an unchanged fleet writes
@@ -82,6 +91,15 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
         raise UsageError("reconcile works on a live cluster: --snapshot cannot be used with it")
     period = parse_duration(resync_period, "--resync-period")
     once = once or dry_run
+    windows = {name: parse_duration(text, flag, zero=True) for name, text, flag in (
+        ("min_run_time", min_run_time, "--min-run-time"), ("victim_protection", victim_protection, "--victim-protection"),
+        ("eta_grace", eta_grace, "--eta-grace"))}
+    fixed_at = None
+    if opts.at:
+        if not once:
+            raise UsageError("--at decides as of a past or future instant: use it with --once or --dry-run (a "
+                             "watching reconciler runs on the wall clock)")
+        fixed_at = opts.evaluation_time(None)
     from ..reconciler.loop import Logger, Reconciler, Settings, make_api_factory
 
     log = Logger()
@@ -95,8 +113,9 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
     if not once and leader_elect:
         elector = _elector(make_api, leader_namespace(leader_election_namespace), leader_election_id,
                            identity or f"{socket.gethostname()}_{os.getpid()}", log)
-    ledger = _ledger() if manage_leases else None
-    reconciler = Reconciler(make_api, settings, log=log, metrics=metrics, elector=elector, ledger=ledger)
+    ledger = _ledger(windows) if manage_leases else None
+    clock = {} if fixed_at is None else {"clock": lambda: fixed_at}
+    reconciler = Reconciler(make_api, settings, log=log, metrics=metrics, elector=elector, ledger=ledger, **clock)
 
     def stop(signum, _frame) -> None:
         log("signal", signal=signal.Signals(signum).name)
@@ -144,9 +163,11 @@ def _elector(make_api, namespace: str, name: str, identity: str, log):
         raise UsageError(f"leader election: {exc}") from None
 
 
-def _ledger():
-    try:
-        from ..reconciler.ledger import plan_ledger
-    except ImportError:
-        raise UserError("--manage-leases is not in this build yet (reconciler/ledger.py)") from None
-    return plan_ledger
+def _ledger(windows: dict[str, float]):
+    from datetime import timedelta
+    from functools import partial
+
+    from ..reconciler.ledger import LedgerOptions, plan_ledger
+
+    options = LedgerOptions(**{name: timedelta(seconds=seconds) for name, seconds in windows.items()})
+    return partial(plan_ledger, options=options)

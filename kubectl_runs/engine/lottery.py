@@ -32,6 +32,11 @@ ACTION_KINDS = (RECLAIM_UNFUNDED, DROP_SPARE, SHRINK, LOTTERY)
 CLOSURE_REASON = {RECLAIM_UNFUNDED: "ReclaimUnfunded", DROP_SPARE: "DropSpare", SHRINK: "Shrink", LOTTERY: "RandomPreempt"}
 PREEMPTING_KINDS = (RECLAIM_UNFUNDED, LOTTERY)
 
+# status.activation.rule of round-3 decisions: the victims are the shortest prefix of the draw order after which
+# the reserving Run starts (engine/resolver.py); a record without a rule took victims until their GPUs covered
+# deficitGPUs.
+PLACEMENT_RULE = "placement"
+
 
 GroupKey = tuple[str, int]  # (run "namespace/name", group index)
 
@@ -103,6 +108,9 @@ def activation_json(activation: Activation) -> dict:
         "conflictSet": [entry_json(e) for e in activation.conflict_set],
         "actions": [action_json(a) for a in activation.actions],
         "freedGPUs": activation.freed_gpus,
+        **({"rule": activation.rule} if activation.rule else {}),
+        **({"protected": [msgspec.to_builtins(p) for p in activation.protected]} if activation.protected else {}),
+        **({"decidedAt": rfc3339(activation.decided_at)} if activation.decided_at is not None else {}),
     }
 
 

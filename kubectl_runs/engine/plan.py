@@ -216,6 +216,31 @@ def need_of(ev: Evaluation, run: Run) -> Need:
     )
 
 
+@dataclass(frozen=True)
+class Startability:
+    """Admission's gate without the rest of a plan: the need, and what can be placed and funded for it."""
+
+    need: int  # GPUs: start width (or desired, growing) + spares − held
+    placeable: int
+    fundable: int
+    free: int  # free GPUs on the candidate nodes (placed or not)
+
+    @property
+    def starts(self) -> bool:
+        """Admission would start it: its plan has no deficit."""
+        return self.need <= min(self.placeable, self.fundable)
+
+
+def startable(snapshot: Snapshot, run: Run, at: datetime) -> Startability:
+    """The need → capacity → funding stages of ``plan_run`` alone, for the resolver's placement check (the same
+    packing and funding walk admission uses, on a snapshot where the candidate victims' leases are gone)."""
+    ev = Evaluation(snapshot, at)
+    need = need_of(ev, run)
+    room = ev.capacity(need.flavor, domain=need.domain, unit=need.unit, spread=need.spread)
+    money = ev.funding(run, room)
+    return Startability(need=need.gpus, placeable=room.placeable, fundable=money.fundable, free=room.free)
+
+
 def plan_run(
     snapshot: Snapshot,
     run: Run,

@@ -1,53 +1,55 @@
-"""The resolver: which GPUs a Reservation takes when it activates with a deficit (API.md §3 Remedies, §4).
+"""The resolver: what a Reservation takes when it activates (API.md §3 Remedies, §4 and its round-3 revision;
+docs/reconciler.md "Preemption that starts the Run").
 
-``resolve(snapshot, reservation, at)`` is a pure function of its arguments. It frees the deficit in the
-reservation's scope (flavor, and fabric domain when one is set) by applying, in order and only as far as
-needed:
+``resolve(snapshot, reservation, at)`` is a pure function of its arguments. The candidates, in the order they
+are taken:
 
 1. ``ReclaimUnfunded`` — unfunded lease groups, whole groups (their spare leases go with them), by ticket;
 2. ``DropSpare`` — spare leases, lowest class first, then by their group's ticket;
 3. ``Shrink`` — elastic runs, by whole groups that add up to whole steps, highest group index first, never
    below ``malleable.minTotalGPUs``;
-4. ``Lottery`` — over the conflict set (every open Active lease group in scope that is left), by class rank
-   then ticket, a whole group at a time (engine/lottery.py).
+4. ``Lottery`` — the conflict set (every open Active lease group in scope that is left, less the protected
+   Runs: engine/protection.py) in draw order: class rank, then ticket, a whole group at a time
+   (engine/lottery.py).
+
+Only candidates that free slots the reserving Run can use are listed (schedulable nodes of the scope's flavor,
+in its domain when it names one): a lease on a cordoned node frees nothing it could start on. The decision is
+the **shortest prefix** of that list after which the Run starts by admission's own gate (``plan.startable``:
+its groups place by the same packing, and its funding covers them). If even the whole list would not start it,
+nothing is taken and ``failure`` says which: ``NotEnoughToFree`` (too few GPUs would be free for it),
+``NotPlaceable`` (enough GPUs, but not in whole groups in the domains it may use) or ``NotFunded``.
 
 A group is ``(run, group index)``; its class is the worst class the ledger gives any of its Active leases at
 ``at``. The reserving run's own leases are never taken. The result carries everything the Reservation
-records (``status.activation``) and what each closed lease records (``closureReason``, ``preemption``).
-
-The candidates (groups, classes, spares, whole-step shrinks, the conflict set) come from engine/remedies.py,
-the listers ``plan`` also shows as remedies; this module decides how far down each list to go.
+records (``status.activation``, with ``rule: placement`` and the ``protected`` runs) and what each closed lease
+records (``closureReason``, ``preemption``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..model import Action, Activation, ConflictEntry, GPULease, Reservation, Snapshot
+from ..model import Action, Activation, ConflictEntry, GPULease, ProtectedEntry, Reservation, Snapshot
 from .accounting import ledger
 from .lottery import (
     CLOSURE_REASON,
     DROP_SPARE,
     LOTTERY,
+    PLACEMENT_RULE,
     PREEMPTING_KINDS,
     RECLAIM_UNFUNDED,
     SHRINK,
     derive_seed,
     draw_order,
     ticket,
-    victims,
 )
 from .packing import capacity, group_unit, open_leases
-from .remedies import (
-    conflict_groups,
-    droppable_spares,
-    reclaimable_groups,
-    scope_groups,
-    scope_nodes,
-    shrinkable_runs,
-)
+from .plan import Startability, startable
+from .protection import ADMITTED_BY_ACTIVATION
+from .remedies import remedy_candidates, scope_nodes
 
 GroupKey = tuple[str, int]
 
@@ -78,16 +80,20 @@ class Resolution:
     deficit_gpus: int
     conflict_set: tuple[ConflictEntry, ...]  # in draw order
     actions: tuple[Action, ...]
+    protected: tuple[ProtectedEntry, ...] = ()  # runs left out of the conflict set, and why
+    failure: str | None = None  # NotEnoughToFree | NotPlaceable | NotFunded: nothing is taken
+    detail: str = ""  # the failure in one line
 
     @property
     def freed_gpus(self) -> int:
         return sum(a.gpus for a in self.actions)
 
     @property
-    def covered(self) -> bool:
-        return self.freed_gpus >= self.deficit_gpus
+    def placed(self) -> bool:
+        """The run starts once the actions are taken (then, and only then, they are taken)."""
+        return self.failure is None
 
-    def activation(self) -> Activation:
+    def activation(self, decided_at: datetime | None = None) -> Activation:
         return Activation(
             at=self.at,
             seed=self.seed,
@@ -95,6 +101,9 @@ class Resolution:
             conflict_set=self.conflict_set,
             actions=self.actions,
             freed_gpus=self.freed_gpus,
+            rule=PLACEMENT_RULE,
+            protected=self.protected,
+            decided_at=decided_at,
         )
 
     def closures(self) -> list[LeaseClosure]:
@@ -144,71 +153,108 @@ def scope_deficit(snapshot: Snapshot, reservation: Reservation, at: datetime) ->
 
 # --- the resolver -----------------------------------------------------------------------------------------------
 
+NOT_ENOUGH_TO_FREE, NOT_PLACEABLE, NOT_FUNDED = "NotEnoughToFree", "NotPlaceable", "NotFunded"
 
-def resolve(snapshot: Snapshot, reservation: Reservation, at: datetime, deficit_gpus: int | None = None) -> Resolution:
-    """The ordered actions that free ``deficit_gpus`` (default: ``scope_deficit``) in the reservation's scope
-    at ``at``, the conflict set the lottery drew from, and the seed. GPUs throughout; pure.
+Step = tuple[str, tuple[GPULease, ...]]  # (action kind, the leases it closes)
 
-    The candidates come from engine/remedies.py (the same listers ``plan`` shows as remedies); the resolver
-    takes them in order only as far as the deficit needs."""
-    deficit = scope_deficit(snapshot, reservation, at) if deficit_gpus is None else deficit_gpus
+
+def resolve(
+    snapshot: Snapshot,
+    reservation: Reservation,
+    at: datetime,
+    *,
+    protected: Mapping[str, ProtectedEntry] | None = None,
+) -> Resolution:
+    """The decision for ``reservation`` at ``at``: the shortest prefix of the remedies, in the order of API.md §3
+    (ReclaimUnfunded, DropSpare, Shrink, then the lottery's draw order), after which the reserving Run starts
+    by admission's own gate (``plan.startable``: its groups place by the same packing, and its funding covers
+    them); or, when even every candidate would not do it, nothing at all (``failure`` says why). Only
+    candidates that free slots the Run can use count (schedulable nodes of the scope); Runs in ``protected``
+    (engine/protection.py) are left out of the conflict set. GPUs throughout; pure."""
+    protected = protected or {}
+    deficit = scope_deficit(snapshot, reservation, at)
     seed = derive_seed(reservation.key, at)
+    run = snapshot.runs_by_key.get(reservation.spec.run_ref.key)
     book = ledger(snapshot, at)
     scope = reservation.spec.scope
-    groups = scope_groups(snapshot, book, scope, exclude_run=reservation.spec.run_ref.key)
-    actions: list[Action] = []
-    taken: set[str] = set()  # lease keys closed so far
-    remaining = deficit
+    gentle = remedy_candidates(snapshot, book, scope, exclude_run=reservation.spec.run_ref.key, seed=seed)
+    # a Run an activation started is out of every remedy for its minimum run time; the other windows keep a Run
+    # out of the lottery only (engine/protection.py)
+    untouchable = {run for run, p in protected.items() if p.reason == ADMITTED_BY_ACTIVATION}
+    spared: set[str] = set()
 
-    def close(kind: str, leases: Iterable[GPULease]) -> None:
-        nonlocal remaining
-        for lease in leases:
-            if lease.key in taken:
-                continue
-            actions.append(
-                Action(kind=kind, run=lease.run_key, group=lease.spec.group, lease=lease.key, gpus=lease.gpus)
-            )
-            taken.add(lease.key)
-            remaining -= lease.gpus
+    def usable(run_key: str, freed) -> bool:
+        if not freed:
+            return False
+        if run_key in untouchable:
+            spared.add(run_key)
+            return False
+        return True
 
-    # 1. ReclaimUnfunded: whole unfunded groups (spares included), by ticket.
-    reclaimed: set[GroupKey] = set()
-    for group in reclaimable_groups(snapshot, book, scope, seed=seed, groups=groups):
-        if remaining <= 0:
-            break
-        close(RECLAIM_UNFUNDED, group.leases)
-        reclaimed.add(group.key)
-
-    # 2. DropSpare: spare leases, lowest class first, then by their group's ticket.
-    if remaining > 0:
-        for drop in droppable_spares(snapshot, book, scope, seed=seed, groups=groups, skip=reclaimed):
-            if remaining <= 0:
+    steps: list[Step] = [(RECLAIM_UNFUNDED, g.leases) for g in gentle.reclaim if usable(g.run, g.freed)]
+    steps += [(DROP_SPARE, (d.lease,)) for d in gentle.spares if usable(d.run, d.freed)]
+    for shrink in gentle.shrinks:
+        for commit in shrink.commits:  # highest groups first; stop where a step frees nothing usable
+            if not usable(shrink.run, tuple(f for g in commit for f in g.freed)):
                 break
-            close(DROP_SPARE, (drop.lease,))
-
-    # 3. Shrink: elastic runs by whole steps, never below their minimum; only as many steps as needed.
-    if remaining > 0:
-        for step in shrinkable_runs(snapshot, book, scope, groups=groups, taken=taken):
-            for commit in step.commits:
-                if remaining <= 0:
-                    break
-                close(SHRINK, (lease for group in commit for lease in group.leases))
-
-    # 4. Lottery over the groups left: class rank, then ticket, whole groups.
+            steps.append((SHRINK, tuple(lease for g in commit for lease in g.leases)))
+    kept = []
+    for g in gentle.conflict:
+        if g.freed and g.run in protected:
+            spared.add(g.run)
+        elif g.freed:
+            kept.append(g)
+    shielded = tuple(protected[run] for run in sorted(spared))
     entries = [
         ConflictEntry(run=g.run, group=g.group, owner=g.owner, class_=g.cls, gpus=g.active_gpus,
                       ticket=ticket(seed, g.run, g.group))
-        for g in conflict_groups(groups, taken=taken)
+        for g in kept
     ]
-    if remaining > 0:
-        for entry in victims(seed, entries, remaining):
-            close(LOTTERY, groups[(entry.run, entry.group)].active)
-    return Resolution(
-        reservation=reservation.key,
-        at=at,
-        seed=seed,
-        deficit_gpus=deficit,
-        conflict_set=tuple(draw_order(seed, entries)),
-        actions=tuple(actions),
-    )
+    drawn = draw_order(seed, entries)
+    by_key = {g.key: g for g in kept}
+    steps += [(LOTTERY, by_key[(e.run, e.group)].active) for e in drawn]
+    decision = dict(reservation=reservation.key, at=at, seed=seed, deficit_gpus=deficit,
+                    conflict_set=tuple(drawn), protected=shielded)
+    if run is None:
+        return Resolution(**decision, actions=(), failure=NOT_ENOUGH_TO_FREE, detail="the run is gone")
 
+    def after(k: int) -> Startability:
+        gone = {lease.key for _kind, leases in steps[:k] for lease in leases}
+        kept_leases = tuple(lease for lease in snapshot.leases if lease.key not in gone)
+        return startable(dataclasses.replace(snapshot, leases=kept_leases), run, at)
+
+    everything = after(len(steps))
+    if not everything.starts:
+        return Resolution(**decision, actions=(), failure=_why(everything), detail=_failure_detail(everything))
+    lo, hi = 0, len(steps)  # after(hi) starts; find the least such prefix (starting is monotone in the prefix)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if after(mid).starts:
+            hi = mid
+        else:
+            lo = mid + 1
+    actions = tuple(
+        Action(kind=kind, run=lease.run_key, group=lease.spec.group, lease=lease.key, gpus=lease.gpus)
+        for kind, leases in steps[:lo]
+        for lease in leases
+    )
+    return Resolution(**decision, actions=actions)
+
+
+def _why(after: Startability) -> str:
+    if after.placeable >= after.need:
+        return NOT_FUNDED
+    if after.free >= after.need:
+        return NOT_PLACEABLE
+    return NOT_ENOUGH_TO_FREE
+
+
+def _failure_detail(after: Startability) -> str:
+    """One line: what every candidate taken together would leave the run (GPUs)."""
+    reason = _why(after)
+    if reason == NOT_FUNDED:
+        return f"with every candidate taken its groups place but only {after.fundable} of {after.need} GPUs are funded"
+    if reason == NOT_PLACEABLE:
+        return (f"with every candidate taken {after.free} GPUs would be free for it but only {after.placeable} of "
+                f"the {after.need} it needs place in whole groups in the domains it may use")
+    return f"with every candidate taken only {after.free} of the {after.need} GPUs it needs would be free for it"

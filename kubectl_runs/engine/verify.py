@@ -16,6 +16,7 @@ from .lottery import (
     ACTION_KINDS,
     CLOSURE_REASON,
     LOTTERY,
+    PLACEMENT_RULE,
     PREEMPTING_KINDS,
     GroupKey,
     derive_seed,
@@ -77,6 +78,7 @@ def verify(reservation: Reservation, leases: Mapping[str, GPULease]) -> Verifica
     _check_conflict_set(seed, activation.conflict_set, differences)
     drawn = tuple(draw_order(seed, activation.conflict_set))
     drawn_victims = _check_victims(seed, activation, differences)
+    _check_protected(activation, differences)
     _check_actions(activation, differences)
     for number, action in enumerate(activation.actions, start=1):
         _check_lease(key, seed, number, action, leases.get(action.lease), differences)
@@ -148,12 +150,33 @@ def _lottery_groups(actions: Sequence[Action]) -> list[GroupKey]:
     return groups
 
 
-def _check_victims(seed: str, activation: Activation, differences: list[str]) -> list[GroupKey]:
+def _expected_victims(seed: str, activation: Activation, recorded: list[GroupKey]) -> list[GroupKey]:
+    """The groups the draw takes. Placement rule (round 3): the victims are the shortest prefix of the draw
+    order after which the Run started — the record says how long (its Lottery actions), and the draw says
+    which groups a prefix of that length holds. Older records: groups until their GPUs cover the deficit
+    left after the gentle remedies."""
+    if activation.rule == PLACEMENT_RULE:
+        return [(e.run, e.group) for e in draw_order(seed, activation.conflict_set)[: len(recorded)]]
     before = sum(a.gpus for a in activation.actions if a.kind != LOTTERY)
-    remaining = activation.deficit_gpus - before
-    drawn = victims(seed, activation.conflict_set, remaining)
-    expected = [(e.run, e.group) for e in drawn]
+    return [(e.run, e.group) for e in victims(seed, activation.conflict_set, activation.deficit_gpus - before)]
+
+
+def _check_protected(activation: Activation, differences: list[str]) -> None:
+    shielded = {p.run: p for p in activation.protected}
+    for entry in activation.conflict_set:
+        if entry.run in shielded:
+            differences.append(
+                f"{entry.run} group {entry.group} is in the conflict set, but the record protects {entry.run} "
+                f"({shielded[entry.run].reason})"
+            )
+    if activation.protected and activation.rule != PLACEMENT_RULE:
+        differences.append(f"protected runs are recorded under rule {activation.rule or '(none)'!r}, not "
+                           f"{PLACEMENT_RULE!r}")
+
+
+def _check_victims(seed: str, activation: Activation, differences: list[str]) -> list[GroupKey]:
     recorded = _lottery_groups(activation.actions)
+    expected = _expected_victims(seed, activation, recorded)
     in_set = {(e.run, e.group): e for e in activation.conflict_set}
     places = {(e.run, e.group): i for i, e in enumerate(draw_order(seed, activation.conflict_set), start=1)}
     for run, group in expected:

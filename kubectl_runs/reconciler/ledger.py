@@ -73,12 +73,15 @@ from ..engine.funding import FundingSource, funding
 from ..engine.lottery import CLOSURE_REASON, LOTTERY, PREEMPTING_KINDS, activation_json, is_activated
 from ..engine.packing import NO_DOMAIN, candidate_nodes, group_unit, node_of, open_leases
 from ..engine.plan import Plan, open_ledger, plan_run
+from ..engine.protection import FINISHING_SOON, Windows, protections, recent_victims
 from ..engine.resolver import resolve
 from ..model import API_VERSION, GPULease, Node, Reservation, Run, Snapshot
 from ..timeutil import rfc3339
 from .actions import AnyWrite, Create, PatchStatus
 
 RUN_LABEL = "jobtree.dev/run"
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "kubectl-runs-reconciler"
+APPROVAL_ANNOTATION, APPROVED = "jobtree.dev/preemption", "approved"
 GROUP_LABEL = "jobtree.dev/group"
 ROLE_LABEL = "jobtree.dev/role"
 
@@ -96,12 +99,23 @@ class LedgerOptions:
     settle_delay: timedelta = timedelta(seconds=10)
     """A Reservation's earliestStart is at least at + this (at least one second): it never activates in the pass
     that made it, so the victims of one activation cannot set off another in the same pass."""
+    min_run_time: timedelta = Windows.min_run_time
+    """A Run started through an activation is out of every lottery for this long (engine/protection.py)."""
+    victim_protection: timedelta = Windows.victim_protection
+    """A Run that lost a group to a lottery is out of every lottery for this long, and gets no Reservation."""
+    eta_grace: timedelta = Windows.eta_grace
+    """A Run whose reported completion is within this of the instant is not a victim: it frees its GPUs itself."""
+
+    @property
+    def windows(self) -> Windows:
+        return Windows(self.min_run_time, self.victim_protection, self.eta_grace)
 
     def __post_init__(self) -> None:
         if self.settle_delay < timedelta(seconds=1):
             raise ValueError("settle_delay must be at least one second")
         if self.unknown_forecast_delay < self.settle_delay:
             raise ValueError("unknown_forecast_delay must be at least settle_delay")
+        self.windows  # noqa: B018 - validates the protection windows
 
 
 # --- applying writes to a snapshot (what the API server would do) -----------------------------------------------
@@ -210,6 +224,7 @@ class _Pass:
         self.objects = _Objects(self.origin)
         self._book: tuple | None = None
         self._waiting: tuple | None = None  # (view, keys of runs with a Pending Reservation)
+        self.victims: dict[str, set[str]] = {}  # run -> slots it lost to an activation at this instant
 
     # --- plumbing -------------------------------------------------------------------------------------------
 
@@ -234,6 +249,7 @@ class _Pass:
     def run(self) -> list[AnyWrite]:
         self.close_finished()
         self.finish_recorded()
+        self.refuse_unauthorized()
         self.activate_due()
         self.admit()
         self.reserve()
@@ -298,6 +314,23 @@ class _Pass:
                           f"group {action.group}{ticket})",
                 ))
             self._record_on_runs(reservation)
+            self._admit_reserving(reservation)
+
+    def _admit_reserving(self, reservation: Reservation) -> None:
+        """The GPUs an activation freed go to the Run it was for, at once, before any other decision of the pass
+        (also when a pass cut short resumes from the record: the decision was recent and the Run still lacks
+        its start width). Its victims are those that lost a lease to an activation at this instant."""
+        activation = reservation.status.activation
+        decided = activation.decided_at if activation is not None else None
+        if decided is None or self.at - decided > self.options.unknown_forecast_delay:
+            return
+        for lease in self.snap.leases:
+            status = lease.status
+            if status.closed and status.ended == self.at and status.closure_reason in _TAKEN:
+                self.victims.setdefault(lease.run_key, set()).update(lease.spec.slice.slots)
+        run = self.snap.runs_by_key.get(reservation.spec.run_ref.key)
+        if run is not None and _live(run) and run.key not in self.victims:
+            self._admit_run(run.key)
 
     def _record_on_runs(self, reservation: Reservation) -> None:
         activation = reservation.status.activation
@@ -322,6 +355,19 @@ class _Pass:
 
     # --- 3. activate the reservations that are due ----------------------------------------------------------
 
+    def refuse_unauthorized(self) -> None:
+        """A Reservation is the right to preempt: only those the reconciler made (label
+        ``app.kubernetes.io/managed-by: kubectl-runs-reconciler``) or an admin approved (annotation
+        ``jobtree.dev/preemption: approved``) are ever activated. Any other pending one is Failed at once, takes
+        nothing, and its Run is queued like any other (it gets the reconciler's own Reservation)."""
+        for reservation in sorted(self.snap.reservations, key=lambda r: r.key):
+            if _pending(reservation) and not authorized(reservation):
+                self._settle(
+                    reservation, FAILED, "NotAuthorized",
+                    f"neither made by the reconciler (label {MANAGED_BY_LABEL}: {MANAGED_BY}) nor approved by an "
+                    f"admin (annotation {APPROVAL_ANNOTATION}: {APPROVED}): it takes nothing",
+                )
+
     def activate_due(self) -> None:
         for reservation in self._due():
             run = self.snap.runs_by_key.get(reservation.spec.run_ref.key)
@@ -333,13 +379,17 @@ class _Pass:
                              f"run {run.key} {run.status.phase} before the reservation activated")
                 continue
             when = reservation.spec.earliest_start
-            resolution = resolve(_as_of(self.snap, self.at, when), reservation, when)
-            if not resolution.covered:
-                self._settle(
-                    reservation, FAILED, "ConflictSetTooSmall",
-                    f"at {rfc3339(when)} the scope could free {resolution.freed_gpus} of the "
-                    f"{resolution.deficit_gpus} GPUs {run.key} lacks: nothing was taken",
-                )
+            view = _as_of(self.snap, self.at, when)
+            shield = protections(self.snap, self.at, self.options.windows)  # this pass's earlier decisions count
+            resolution = resolve(view, reservation, when, protected=shield)
+            if not resolution.placed:
+                soon = [p for p in shield.values() if p.reason == FINISHING_SOON]
+                rest = {k: p for k, p in shield.items() if p.reason != FINISHING_SOON}
+                if soon and resolve(view, reservation, when, protected=rest).placed:
+                    self._await(reservation, soon)
+                    continue
+                self._settle(reservation, FAILED, resolution.failure,
+                             f"at {rfc3339(when)} nothing was taken: {resolution.detail}")
                 continue
             kinds: dict[str, int] = {}
             for action in resolution.actions:
@@ -348,15 +398,28 @@ class _Pass:
             decision = PatchStatus(
                 kind="Reservation", namespace=reservation.namespace, name=reservation.name,
                 status={"state": ACTIVATED, "reason": "Activated",
-                        "activation": activation_json(resolution.activation())},
+                        "activation": activation_json(resolution.activation(decided_at=self.at))},
                 cause=f"activate {reservation.key} at {rfc3339(when)} with seed {resolution.seed}: deficit "
-                      f"{resolution.deficit_gpus} GPUs, conflict set {len(resolution.conflict_set)} groups, "
+                      f"{resolution.deficit_gpus} GPUs, conflict set {len(resolution.conflict_set)} groups"
+                      f"{f', {len(resolution.protected)} runs protected' if resolution.protected else ''}, "
                       f"{summary}",
             )
             self.emit(decision)
             # then the closures: a crash in between is finished from the record by the next pass, never decided
             # again (and the loop sends nothing after a write that failed: each write assumes the ones before)
             self.finish_recorded(self.snap.reservations_by_key[reservation.key])
+
+    def _await(self, reservation: Reservation, soon: list) -> None:
+        """Due, but the GPUs it needs are held by Runs that report they finish within the grace: it stays
+        Pending and takes nothing until they finish or their grace ends."""
+        names = ", ".join(f"{p.run} ({p.detail})" for p in soon)
+        if reservation.status.reason == "AwaitingRelease" and reservation.status.state == PENDING:
+            return
+        self.emit(PatchStatus(
+            kind="Reservation", namespace=reservation.namespace, name=reservation.name,
+            status={"state": PENDING, "reason": "AwaitingRelease"},
+            cause=f"pending {reservation.key}: due, but waits for {names} to finish by itself",
+        ))
 
     def _settle(self, reservation: Reservation, state: str, reason: str, message: str) -> None:
         self.emit(PatchStatus(
@@ -374,11 +437,15 @@ class _Pass:
             (r for r in self.snap.runs if _live(r)),
             key=lambda r: (r.key not in activated, r.metadata.creation_timestamp or far, r.key),
         )
-        for run in order:
-            for _ in range(2):  # start, then grow toward the desired width
-                self._release_started(run.key)
-                if not self._admit_one(self.snap.runs_by_key[run.key]):
-                    break
+        # a victim of this pass queues behind every other Run, and never onto the slots it just lost
+        for run in sorted(order, key=lambda r: r.key in self.victims):
+            self._admit_run(run.key)
+
+    def _admit_run(self, run_key: str) -> None:
+        for _ in range(2):  # start, then grow toward the desired width
+            self._release_started(run_key)
+            if not self._admit_one(self.snap.runs_by_key[run_key]):
+                break
 
     def _release_started(self, run_key: str) -> None:
         """A run that holds its start width has no use for a Pending Reservation (nor for its scope, which would
@@ -462,6 +529,9 @@ class _Pass:
         snap = self.snap
         ev = self.evaluation()
         waiting = {r.spec.run_ref.key for r in snap.reservations if _pending(r)}
+        # a Run that lost GPUs to a lottery within the protection window takes none by a Reservation either: it
+        # starts when GPUs are free, so one arrival sets off at most one lottery, never a chain of them
+        waiting |= recent_victims(snap, self.at, self.options.victim_protection)
         far = datetime.max.replace(tzinfo=UTC)
         for run in sorted((r for r in snap.runs if _live(r)), key=lambda r: (r.metadata.creation_timestamp or far,
                                                                                  r.key)):
@@ -520,7 +590,8 @@ class _Pass:
         return {
             "apiVersion": API_VERSION,
             "kind": "Reservation",
-            "metadata": {"name": name, "namespace": run.namespace, "labels": {RUN_LABEL: _label(run.name)}},
+            "metadata": {"name": name, "namespace": run.namespace,
+                         "labels": {RUN_LABEL: _label(run.name), MANAGED_BY_LABEL: MANAGED_BY}},
             "spec": spec,
         }
 
@@ -539,6 +610,15 @@ class _Pass:
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
+
+
+_TAKEN = frozenset(CLOSURE_REASON.values())  # closures an activation makes
+
+
+def authorized(reservation: Reservation) -> bool:
+    """Made by the reconciler, or approved by an admin: the only Reservations that may preempt."""
+    meta = reservation.metadata
+    return meta.labels.get(MANAGED_BY_LABEL) == MANAGED_BY or meta.annotations.get(APPROVAL_ANNOTATION) == APPROVED
 
 
 def _pending(reservation: Reservation) -> bool:
@@ -675,6 +755,7 @@ class _Minting:
         for lease in snap.leases:
             if not lease.status.closed or (lease.status.ended is not None and lease.status.ended > self.at):
                 used.update(lease.spec.slice.slots)
+        used.update(owner.victims.get(run.key, ()))  # what it lost in this pass went to the Run that took it
         self.free: dict[str, list[int]] = {}
         for node in self.nodes:
             ordinals = [i for i in range(node.gpus) if f"{node.name}#{i}" not in used]

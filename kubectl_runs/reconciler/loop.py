@@ -34,6 +34,7 @@ from ..timeutil import now_utc
 from .actions import AnyWrite, Create, RecordEvent
 from .apply import Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
+from .ledger import apply_writes
 from .queue import WorkQueue
 from .status import (
     BUDGET,
@@ -292,6 +293,11 @@ class Reconciler:
                 ledger_writes = list(self.ledger(snapshot, at))
             except Exception as exc:
                 self.log("ledger failed", level="error", error=f"{type(exc).__name__}: {exc}")
+        if ledger_writes:
+            # status describes the fleet after this pass's own lease writes, not before them (the writes that
+            # fail are computed again by the next pass, and the status with them)
+            snapshot = apply_writes(snapshot, ledger_writes)
+            evaluation = Evaluation(snapshot, at)
         writes = self._status(snapshot, at, stored, objects, bad, evaluation)
         self._schedule_wake_up(snapshot, at)
         if everything:

@@ -119,10 +119,13 @@ def run(
     funding: dict[str, Any] | None = None,
     eta: datetime | str | None = None,
     created: datetime | str | None = None,
+    spread: bool | None = None,
 ) -> Run:
     spec: dict[str, Any] = {"resources": {"gpuType": flavor, "totalGPUs": gpus}}
     if group_gpus is not None:
         spec["locality"] = {"groupGPUs": group_gpus}
+        if spread is not None:
+            spec["locality"]["allowCrossGroupSpread"] = spread
     if spares_per_group:
         spec["sparesPerGroup"] = spares_per_group
     if malleable is not None:
@@ -208,7 +211,11 @@ def reservation(
     paying: tuple[str, str] | None = None,
     earliest_start: datetime | str = T0,
     state: str | None = "Pending",
+    managed: bool = True,
+    annotations: dict[str, str] | None = None,
 ) -> Reservation:
+    """A Reservation; ``managed``: labelled as the reconciler's own (the only kind it activates, with those an
+    admin approves by annotation)."""
     scope: dict[str, Any] = {"flavor": flavor}
     if domain is not None:
         scope["domain"] = domain
@@ -220,10 +227,12 @@ def reservation(
     if paying is not None:
         spec["payingEnvelope"] = {"budget": paying[0], "envelope": paying[1]}
     status = {"state": state} if state else {}
-    return _decode(
-        Reservation,
-        {"kind": "Reservation", "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status},
-    )
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if managed:
+        metadata["labels"] = {"app.kubernetes.io/managed-by": "kubectl-runs-reconciler"}
+    if annotations:
+        metadata["annotations"] = annotations
+    return _decode(Reservation, {"kind": "Reservation", "metadata": metadata, "spec": spec, "status": status})
 
 
 def snapshot(*objects: Any, taken_at: datetime | None = None) -> Snapshot:

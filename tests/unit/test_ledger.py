@@ -291,8 +291,10 @@ def test_activation_decides_at_earliest_start_then_closes_the_victims_by_lottery
                                                  "gpus": 8}]}
     assert creates(writes)[0].name == "job-g0-active-0"
     assert [(v.reservation, v.verified) for v in verify_all(after)] == [("team/job-r1", True)]
-    # the victim's run waits for GPUs with its own Reservation
-    assert [w.name for w in creates(writes, "Reservation")] == [f"{action['run'].split('/')[1]}-r1"]
+    # the victim queues behind the run that took its GPUs: within the protection window it gets no Reservation
+    # (one arrival sets off at most one lottery, never a chain), and it is not admitted in this pass
+    assert creates(writes, "Reservation") == []
+    assert not [c for c in creates(writes) if c.body["spec"]["runRef"]["name"] == action["run"].split("/")[1]]
 
 
 def test_a_recorded_activation_is_finished_from_the_record_never_decided_again():
@@ -327,7 +329,7 @@ def test_activation_that_cannot_free_the_deficit_takes_nothing():
     writes = plan_ledger(snap, DUE)
     assert patches(writes, "GPULease") == []
     assert next((w.name, w.status.get("state"), w.status.get("reason")) for w in patches(writes, "Reservation")) == (
-        "job-r1", "Failed", "ConflictSetTooSmall")
+        "job-r1", "Failed", "NotEnoughToFree")
     assert [w.name for w in creates(writes, "Reservation")] == ["job-r2"]
 
 

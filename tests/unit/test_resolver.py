@@ -7,6 +7,7 @@ The reservation team/res-r1 is for run team/res and activates at 2025-11-05T00:0
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from builders import at, budget, envelope, lease, node, reservation, run, slots,
 
 from kubectl_runs.engine import resolver
 from kubectl_runs.engine.lottery import activation_json
+from kubectl_runs.engine.packing import free_by_node, open_leases
 from kubectl_runs.engine.verify import verify
 from kubectl_runs.model import GPULease, GPULeaseStatus, Snapshot
 from kubectl_runs.sources.files import load_snapshot
@@ -59,7 +61,22 @@ def acts(resolution) -> list[tuple[str, str, int]]:
 
 
 def resolve(snap: Snapshot, deficit: int | None = None):
-    return resolver.resolve(snap, snap.reservations[0], WHEN, deficit_gpus=deficit)
+    """Resolve team/res-r1 at WHEN. With ``deficit``: res becomes a run without groups that needs exactly
+    ``deficit`` GPUs more than are free in scope, and team's envelope funds anything (so every free slot places
+    and funding never decides): the placement rule then takes candidates until that many GPUs are free."""
+    if deficit is not None:
+        scope = snap.reservations[0].spec.scope
+        nodes = [n for n in snap.nodes if n.flavor == scope.flavor and n.schedulable
+                 and scope.domain in (None, n.domain)]
+        free = sum(free_by_node(nodes, open_leases(snap, WHEN)).values())
+        if free + deficit > 0:
+            rich = budget("b", "team", owner="org:x:team", envelopes=[envelope("west", concurrency=1000)])
+            snap = dataclasses.replace(
+                snap,
+                runs=tuple(run("res", "team", gpus=free + deficit) if r.name == "res" else r for r in snap.runs),
+                budgets=tuple(rich if b.namespace == "team" else b for b in snap.budgets),
+            )
+    return resolver.resolve(snap, snap.reservations[0], WHEN)
 
 
 # --- the order of remedies --------------------------------------------------------------------------------------
@@ -77,7 +94,7 @@ def test_reclaim_unfunded_comes_first_and_stops_once_covered():
     assert [(e.run, e.group, e.class_, e.gpus, e.ticket) for e in result.conflict_set] == [
         ("team/a", 0, "owned", 8, hand_ticket("team/a", 0))
     ]
-    assert result.freed_gpus == 8 and result.covered
+    assert result.freed_gpus == 8 and result.placed
 
 
 def test_reclaim_takes_whole_unfunded_groups_with_their_spares():
@@ -124,12 +141,13 @@ def test_shrink_by_whole_steps_never_below_minimum(deficit, expected):
 @pytest.mark.parametrize(
     ("deficit", "victims"),
     [(0, []), (8, ["team/b-g0"]), (9, ["team/b-g0", "team/s-g0"]), (16, ["team/b-g0", "team/s-g0"]),
-     (17, ["team/b-g0", "team/s-g0", "team/o-g0"]), (99, ["team/b-g0", "team/s-g0", "team/o-g0"])],
+     (17, ["team/b-g0", "team/s-g0", "team/o-g0"]), (99, [])],
     ids=["nothing", "borrowed", "borrowed+shared", "exactly-two", "all-three", "short"],
 )
 def test_lottery_takes_class_rank_before_ticket(deficit, victims):
     """Three 8-GPU groups: o owned (n1), s shared via sib (n2), b borrowed from far (n3). Whatever the
-    tickets, borrowed goes first, then shared, then owned; a whole group at a time."""
+    tickets, borrowed goes first, then shared, then owned; a whole group at a time. A need that even all
+    three cannot cover ("short": 99) takes none of them."""
     snap = fleet(held("o-g0", "n1"), held("s-g0", "n2", cls="shared"), held("b-g0", "n3", cls="borrowed"))
     result = resolve(snap, deficit)
     assert [a.lease for a in result.actions] == victims
@@ -145,12 +163,17 @@ def test_among_equals_the_lower_ticket_loses():
 
 
 def test_only_the_scope_is_touched_and_never_the_reserving_run():
-    """Scope domain d2: only m1 counts. res itself holds 4 GPUs on m1 and x holds the other 4; n1's lease (d1)
-    and res's own lease are out of reach, so a deficit of 8 frees x's 4 and stays short."""
+    """Scope domain d2: only m1 counts. res (8 GPUs, no groups) itself holds 4 GPUs on m1 and x holds the other
+    4; n1's lease (d1) and res's own lease are out of reach. res needs 4 more: x's group is the conflict set
+    and the lottery takes it. With res needing 12 (4 more than m1 has), nothing in scope would start it, so
+    nothing is taken (round 3)."""
     snap = fleet(held("x-g0", "m1", 4), held("res-g0", "m1", 4, first=4), held("y-g0", "n1"), domain="d2")
     result = resolve(snap, 8)
     assert acts(result) == [("Lottery", "team/x-g0", 4)]
-    assert not result.covered
+    assert result.placed
+    assert [(e.run, e.group) for e in result.conflict_set] == [("team/x", 0)]
+    short = resolve(snap, 12)
+    assert acts(short) == [] and short.failure == resolver.NOT_ENOUGH_TO_FREE
 
 
 def test_leases_not_open_at_the_instant_are_not_candidates():
@@ -219,17 +242,13 @@ def before_activation(snap: Snapshot, key: str) -> Snapshot:
                     leases=leases)
 
 
-def test_example_fleet_draw_is_what_the_resolver_decides():
-    """rai-sys/bench-16-r1 (activated 2025-11-14T00:00:00Z, scope nv-a): bench-16 needed 16 GPUs and nv-a's
-    three usable nodes were full, so the deficit was 16. The unfunded lab-scratch-8 group (8) was reclaimed;
-    the lottery then took the borrowed ablation-8 group 1 (4) and the owned group with the lowest ticket (4).
-    Replaying the resolver on the world before activation reproduces the recorded activation exactly."""
+def test_example_fleet_old_record_still_verifies():
+    """rai-sys/bench-16-r1 (activated 2025-11-14T00:00:00Z, scope nv-a) was decided by the rule before round 3
+    (no ``rule`` in its record: victims until their GPUs cover deficitGPUs = 16): ReclaimUnfunded lab-scratch-8
+    (8), then the lottery's borrowed ablation-8 group 1 (4) and the owned group with the lowest ticket (4).
+    ``seeds verify`` replays old records by their own rule."""
     snap = load_snapshot([str(EXAMPLE)])
-    key = "rai-sys/bench-16-r1"
-    recorded = snap.reservations_by_key[key].status.activation
-    pre = before_activation(snap, key)
-    result = resolver.resolve(pre, pre.reservations_by_key[key], recorded.at)
-    assert activation_json(result.activation()) == activation_json(recorded)
-    assert result.deficit_gpus == 16
-    assert [a.kind for a in result.actions] == ["ReclaimUnfunded", "Lottery", "Lottery"]
-    assert verify(snap.reservations_by_key[key], snap.leases_by_key).verified
+    recorded = snap.reservations_by_key["rai-sys/bench-16-r1"].status.activation
+    assert recorded.rule == "" and recorded.deficit_gpus == 16
+    assert [a.kind for a in recorded.actions] == ["ReclaimUnfunded", "Lottery", "Lottery"]
+    assert verify(snap.reservations_by_key["rai-sys/bench-16-r1"], snap.leases_by_key).verified

@@ -24,10 +24,11 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..model import GPULease, Reservation, Run, Scope, Snapshot
+from ..model import GPULease, ProtectedEntry, Reservation, Run, Scope, Snapshot
 from .accounting import LeaseCharge, Ledger, ledger
 from .funding import Funding, FundingInputs, FundingState, funding, funding_inputs, state_now
 from .packing import Capacity, capacity, free_by_node, open_leases
+from .protection import Windows, protections
 from .releases import Release, releases
 from .remedies import (
     GroupKey,
@@ -76,6 +77,7 @@ class Evaluation:
         self._groups: dict[Scope, dict[GroupKey, LeaseGroup]] = {}
         self._held: dict[str, int] | None = None
         self._releases: dict[Scope, list[Release]] = {}
+        self._protections: dict[str, ProtectedEntry] | None = None
 
     # --- the leases and the ledger ------------------------------------------------------------------------------
 
@@ -176,6 +178,13 @@ class Evaluation:
             self._held = active_held(self.book)
         return remedy_candidates(self.snapshot, self.book, scope, exclude_run=exclude_run, seed=seed,
                                  every_group=groups, nodes=self.scope_nodes(scope), held=self._held)
+
+    def protections(self) -> dict[str, ProtectedEntry]:
+        """``protection.protections`` at ``at`` with the reconciler's default windows (what ``plan`` shows a
+        lottery would leave out), computed once."""
+        if self._protections is None:
+            self._protections = protections(self.snapshot, self.at, Windows())
+        return self._protections
 
     def releases(self, scope: Scope, *, exclude_run: str | None = None) -> list[Release]:
         """``releases.releases`` in ``scope`` at ``at``."""

@@ -21,11 +21,12 @@ Pure: the snapshot is never changed, ``at`` is an argument.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..model import GPULease, Reservation, Run, Scope, Snapshot
+from ..model import GPULease, ProtectedEntry, Reservation, Run, Scope, Snapshot
 from ..timeutil import rfc3339
 from .accounting import Ledger
 from .codes import BLOCKING, Confidence, ReasonCode, RemedyKind
@@ -36,7 +37,17 @@ from .lottery import derive_seed
 from .packing import Capacity, group_unit, open_leases
 from .plan_remedies import remedies
 from .reasons import reasons
-from .run_reports import PlanReport, Reason, Remedy, Width, capacity_report, forecast_report, funding_report
+from .run_reports import (
+    DrawReport,
+    PlanReport,
+    ProtectedRow,
+    Reason,
+    Remedy,
+    Width,
+    capacity_report,
+    forecast_report,
+    funding_report,
+)
 
 # The names a plan carries (engine/codes.py), here too for the reconciler and the tests that read them.
 (INVALID_REQUEST, UNBOUND_NAMESPACE, NO_ENVELOPE, WINDOW_NOT_OPEN, INSUFFICIENT_BUDGET, BORROW_LIMIT, ACL_DENIED,
@@ -64,6 +75,13 @@ class Plan:
     reservation: Reservation | None
     groups: int = 1  # groups of the planned width (1 when the run has no groupGPUs)
     notes: tuple[str, ...] = field(default=())
+    protected: tuple[ProtectedEntry, ...] = ()  # runs in scope a lottery would leave out now
+
+    @property
+    def seed(self) -> str | None:
+        """The seed the pending Reservation will draw with (it activates at its earliestStart)."""
+        r = self.reservation
+        return derive_seed(r.key, r.spec.earliest_start) if r is not None else None
 
     # --- the arithmetic ---------------------------------------------------------------------------------------
 
@@ -124,6 +142,12 @@ class Plan:
             reasons=list(self.reasons),
             remedies=list(self.remedies),
             forecast=forecast_report(self.forecast),
+            reservation=None if self.reservation is None else DrawReport(
+                name=self.reservation.key,
+                earliest_start=rfc3339(self.reservation.spec.earliest_start) or "",
+                seed=self.seed or "",
+                protected=[ProtectedRow(p.run, p.reason, rfc3339(p.until) or "", p.detail) for p in self.protected],
+            ),
         )
 
 
@@ -269,6 +293,7 @@ def plan_run(
     )
     deficit = max(0, need.gpus - min(room.placeable, money.fundable))
     fixes: list[Remedy] = []
+    protected: tuple[ProtectedEntry, ...] = ()
     if run.finished or any(r.code in BLOCKING for r in why):
         outlook = Forecast(None, Confidence.UNKNOWN)  # nothing will start, or it cannot start as asked
     elif deficit == 0:
@@ -278,6 +303,9 @@ def plan_run(
         reservation = need.reservation
         seed = derive_seed(reservation.key, reservation.spec.earliest_start) if reservation is not None else None
         gentle = ev.remedy_candidates(scope, exclude_run=run.key, seed=seed)
+        shield = ev.protections()
+        protected = tuple(shield[r] for r in sorted({g.run for g in gentle.conflict if g.run in shield}))
+        gentle = dataclasses.replace(gentle, conflict=tuple(g for g in gentle.conflict if g.run not in shield))
         freed = gentle.freed_by_run()
         reported = ev.releases(scope, exclude_run=run.key)
         outlook = forecast(
@@ -292,5 +320,5 @@ def plan_run(
         run=run, at=at, width=need.width, planned_width=need.planned_width, growing=need.growing,
         spares=need.spares, held_spares=need.held_spares, need=need.gpus, capacity=room, funding=money,
         reasons=tuple(why), remedies=tuple(fixes), forecast=outlook, reservation=need.reservation,
-        groups=need.groups,
+        groups=need.groups, protected=protected,
     )

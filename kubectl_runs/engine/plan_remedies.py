@@ -14,6 +14,7 @@ from ..text import counted, when
 from .codes import Confidence, RemedyKind
 from .forecast import Forecast
 from .funding import Funding
+from .lottery import derive_seed
 from .remedies import RemedyCandidates
 from .run_reports import Remedy
 
@@ -93,7 +94,9 @@ def remedies(
         pool = sum(g.active_gpus for g in gentle.conflict)
         gpus = min(left, pool)
         target = reservation.key if reservation is not None else run.key
-        by = f"when reservation {reservation.key} activates" if reservation is not None else "when a reservation for it activates"
+        by = (f"when reservation {reservation.key} activates ({when(reservation.spec.earliest_start, at)}, seed "
+              f"{derive_seed(reservation.key, reservation.spec.earliest_start)})" if reservation is not None
+              else "when a reservation for it activates")
         out.append(Remedy(LOTTERY, target, gpus,
                           f"{by}, a seeded lottery over {counted(len(gentle.conflict), 'group')} in scope frees the remaining "
                           f"{gpus} (unfunded first, then borrowed, shared, owned)"))

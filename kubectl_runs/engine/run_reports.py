@@ -80,8 +80,26 @@ class ForecastReport(Value):
     confidence: Confidence
 
 
+class ProtectedRow(Value):
+    run: str
+    reason: str  # AdmittedByActivation | RecentVictim | FinishingSoon
+    until: str
+    detail: str
+
+
+class DrawReport(Value):
+    """The pending Reservation's lottery, known before it happens: the instant and seed it draws with, and the
+    Runs a protection window leaves out (with the reconciler's default windows)."""
+
+    name: str  # namespace/name
+    earliest_start: str
+    seed: str
+    protected: list[ProtectedRow]
+
+
 class PlanReport(Value):
-    """``kubectl runs plan``: need, capacity, funding, deficits, reasons, remedies, forecast."""
+    """``kubectl runs plan``: need, capacity, funding, deficits, reasons, remedies, forecast, and the pending
+    Reservation's draw."""
 
     run: str
     at: str
@@ -95,6 +113,7 @@ class PlanReport(Value):
     reasons: list[Reason]
     remedies: list[Remedy]
     forecast: ForecastReport
+    reservation: DrawReport | None = None
 
 
 def capacity_report(room: Capacity) -> CapacityReport:

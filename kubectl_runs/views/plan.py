@@ -58,7 +58,7 @@ def headline(plan: Plan) -> str:
 
 def plan_document(result: Plan, fmt: str) -> Document:
     wrap = fmt == TABLE
-    lines = [headline(result), *forecast_lines(result)]
+    lines = [headline(result), *forecast_lines(result), *draw_lines(result)]
     rows, columns = wrapped(figures(result), (("", lambda f: f.name), ("GPUS", lambda f: f"{f.gpus:,}")), "DETAIL",
                             lambda f: f.detail)
     return Document(
@@ -142,6 +142,19 @@ def forecast_lines(result: Plan) -> list[str]:
     if outlook.confidence == REPORTED:
         return [f"Earliest start: {exact}, by reported completion times."]
     return [f"Earliest start: {exact} ({outlook.confidence})."]
+
+
+def draw_lines(result: Plan) -> list[str]:
+    """The pending Reservation's lottery before it happens: the instant, the seed anyone can replay, and who a
+    protection window leaves out."""
+    r = result.reservation
+    if r is None or result.finished:
+        return []
+    lines = [f"Reservation {r.key} draws at {when(r.spec.earliest_start, result.at)} with seed {result.seed}."]
+    if result.protected:
+        lines.append("Out of its lottery now: " + "; ".join(
+            f"{p.run} ({p.reason} until {when(p.until, result.at)}: {p.detail})" for p in result.protected) + ".")
+    return lines
 
 
 def plan_sections(result: Plan) -> list[Section]:

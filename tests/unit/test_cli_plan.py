@@ -98,6 +98,7 @@ JSON = {
                     "remaining 8 (unfunded first, then borrowed, shared, owned)"},
     ],
     "forecast": {"earliestStart": "2025-11-02T00:00:00Z", "confidence": "reported"},
+    "reservation": None,  # no pending Reservation: no draw to show
 }
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 from builders import activated, budget, envelope, lease, node, preempted, reservation, run, slots, snapshot
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from kubectl_runs.engine import lottery
 from kubectl_runs.engine import verify as verification
 from kubectl_runs.engine.codes import CLASS_RANK
+from kubectl_runs.engine.plan import startable
 from kubectl_runs.engine.resolver import in_scope, resolve
 from kubectl_runs.model import ConflictEntry, Snapshot
 
@@ -116,7 +118,8 @@ def fleets(draw) -> tuple[Snapshot, int]:
     """A reserving run team/res and up to 5 other runs with 1–3 groups of 1–6 GPUs (sometimes a spare, some
     elastic), slots dealt node after node; payers at random (unfunded, owned, shared, borrowed, overdrawn)."""
     free = [slot for n in NODES for slot in slots(n.name, 8)]
-    objects: list = [*NODES, *BUDGETS, run("res", "team", gpus=8)]
+    want = draw(st.integers(1, 40))  # res needs this many GPUs (no groups), funded or not
+    objects: list = [*NODES, *BUDGETS, run("res", "team", gpus=want, phase=None)]
     for index in range(draw(st.integers(1, 5))):
         namespace = draw(st.sampled_from(sorted(OWNERS)))
         name = f"r{index}"
@@ -144,7 +147,7 @@ def fleets(draw) -> tuple[Snapshot, int]:
         free = free[draw(st.integers(0, 3)):]  # leave holes between runs now and then
     domain = draw(st.sampled_from([None, "d1", "d2"]))
     objects.append(reservation("res-r1", "team", run_name="res", domain=domain, earliest_start=WHEN))
-    return snapshot(*objects), draw(st.integers(0, 40))
+    return snapshot(*objects), want
 
 
 def _after(snap: Snapshot, resolution) -> Snapshot:
@@ -165,17 +168,30 @@ relaxed = settings(max_examples=150, deadline=None, suppress_health_check=[Healt
 
 @relaxed
 @given(fleets())
-def test_resolver_covers_the_deficit_whenever_the_scope_holds_enough(fleet):
-    snap, deficit = fleet
+def test_resolver_takes_the_shortest_prefix_that_starts_the_run_or_nothing(fleet):
+    """Round 3: when the activation takes anything, res starts by admission's gate once it is taken, and not
+    without its last step; when nothing would start it, nothing is taken. Only open leases in scope, never
+    res's own, each at most once."""
+    snap, _want = fleet
     rsv = snap.reservations[0]
-    resolution = resolve(snap, rsv, WHEN, deficit_gpus=deficit)
-    in_reach = sum(x.gpus for x in snap.leases if x.run_key != "team/res" and in_scope(snap, rsv, x))
-    if in_reach >= deficit:
-        assert resolution.freed_gpus >= deficit
-    else:
-        assert resolution.freed_gpus == in_reach  # everything in scope, and still short
+    resolution = resolve(snap, rsv, WHEN)
+    res = snap.runs_by_key["team/res"]
+
+    def starts_without(keys: set[str]) -> bool:
+        kept = tuple(x for x in snap.leases if x.key not in keys)
+        return startable(dataclasses.replace(snap, leases=kept), res, WHEN).starts
+
     closed = [a.lease for a in resolution.actions]
     assert len(closed) == len(set(closed))
+    if not resolution.placed:
+        assert closed == [] and not starts_without({x.key for x in snap.leases if x.run_key != "team/res"
+                                                    and in_scope(snap, rsv, x)})
+        return
+    assert starts_without(set(closed))
+    if closed:
+        last = resolution.actions[-1]
+        step = {a.lease for a in resolution.actions if (a.kind, a.run, a.group) == (last.kind, last.run, last.group)}
+        assert not starts_without(set(closed) - step)
     for action in resolution.actions:
         taken = snap.leases_by_key[action.lease]
         assert taken.run_key != "team/res" and in_scope(snap, rsv, taken) and taken.open_at(WHEN)
@@ -184,8 +200,8 @@ def test_resolver_covers_the_deficit_whenever_the_scope_holds_enough(fleet):
 @relaxed
 @given(fleets())
 def test_resolver_takes_no_owned_group_while_an_unfunded_one_is_left(fleet):
-    snap, deficit = fleet
-    resolution = resolve(snap, snap.reservations[0], WHEN, deficit_gpus=deficit)
+    snap, _want = fleet
+    resolution = resolve(snap, snap.reservations[0], WHEN)
     drawn = {(a.run, a.group) for a in resolution.actions if a.kind == lottery.LOTTERY}
     classes = {(e.run, e.group): e.class_ for e in resolution.conflict_set}
     left = [cls for key, cls in classes.items() if key not in drawn]
@@ -197,11 +213,11 @@ def test_resolver_takes_no_owned_group_while_an_unfunded_one_is_left(fleet):
 @given(fleets())
 def test_resolver_is_replayable_and_its_record_verifies(fleet):
     """The same decision from the objects in any order; once recorded, `verify` finds no difference."""
-    snap, deficit = fleet
-    resolution = resolve(snap, snap.reservations[0], WHEN, deficit_gpus=deficit)
+    snap, _want = fleet
+    resolution = resolve(snap, snap.reservations[0], WHEN)
     reordered = Snapshot(nodes=snap.nodes[::-1], budgets=snap.budgets, runs=snap.runs[::-1],
                          reservations=snap.reservations, leases=snap.leases[::-1])
-    assert resolve(reordered, reordered.reservations[0], WHEN, deficit_gpus=deficit) == resolution
+    assert resolve(reordered, reordered.reservations[0], WHEN) == resolution
     after = _after(snap, resolution)
     (check,) = verification.verify_all(after)
     assert check.differences == ()

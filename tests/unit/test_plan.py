@@ -8,6 +8,7 @@ clock is T0+10h; the planned run is ``team/job``, Pending.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -329,14 +330,18 @@ def test_wait():
 
 def test_lottery():
     """n1 is held by ``busy`` with no ETA and nothing gentler to take: only the lottery frees the 8 GPUs, at the
-    activation of the run's reservation; no earliest start can be forecast."""
+    activation of the run's reservation (its earliestStart T0, and the seed sha256("team/job-r1|T0") it draws
+    with: known before the draw); no earliest start can be forecast."""
     p = plan_of(job(), team(16), node("n1"), run("busy", "team", gpus=8), held("busy", "n1", 8),
                 reservation("job-r1", "team", run_name="job"))
+    seed = "0x" + hashlib.sha256(b"team/job-r1|2025-11-01T00:00:00Z").hexdigest()[:16]
     assert remedies(p) == [("Lottery", "team/job-r1", 8)]
     assert p.remedies[0].message == (
-        "when reservation team/job-r1 activates, a seeded lottery over 1 group in scope frees the remaining 8 "
-        "(unfunded first, then borrowed, shared, owned)"
+        f"when reservation team/job-r1 activates (2025-11-01 00:00 UTC (10 hours ago), seed {seed}), a seeded "
+        "lottery over 1 group in scope frees the remaining 8 (unfunded first, then borrowed, shared, owned)"
     )
+    assert plain(p.report)["reservation"] == {"name": "team/job-r1", "earliestStart": "2025-11-01T00:00:00Z",
+                                              "seed": seed, "protected": []}
     assert plain(forecast_report(p.forecast)) == {"earliestStart": None, "confidence": "unknown"}
 
 
@@ -376,11 +381,12 @@ def test_every_remedy_kind_in_api_order():
 
 
 def test_plan_json_has_exactly_the_api_keys():
-    """API.md §5 plan: the top-level keys, and the keys of width, capacity, funding, forecast."""
+    """API.md §5 plan: the top-level keys, and the keys of width, capacity, funding, forecast; round 3 adds
+    ``reservation`` (the pending Reservation's draw: name, earliestStart, seed, protected; null without one)."""
     data = plain(plan_of(job(16), team(8), node("n1")).report)
     assert list(data) == [
         "run", "at", "need", "width", "capacity", "funding", "deficitGPUs", "capacityDeficitGPUs",
-        "fundingDeficitGPUs", "reasons", "remedies", "forecast",
+        "fundingDeficitGPUs", "reasons", "remedies", "forecast", "reservation",
     ]
     assert list(data["width"]) == ["min", "max", "desired", "allocated"]
     assert list(data["capacity"]) == ["freeGPUs", "placeableGPUs", "domains"]

@@ -16,7 +16,6 @@ import pytest
 from builders import at, budget, envelope, lease, node, reservation, run, slots, snapshot
 
 from kubectl_runs.engine import resolver
-from kubectl_runs.engine.lottery import activation_json
 from kubectl_runs.engine.packing import free_by_node, open_leases
 from kubectl_runs.engine.verify import verify
 from kubectl_runs.model import GPULease, GPULeaseStatus, Snapshot

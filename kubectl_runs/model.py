@@ -400,6 +400,13 @@ class ProtectedEntry(Record):
     detail: str = ""
 
 
+class DrawRef(Record):
+    """A group of the conflict set, by name (``run`` = namespace/name)."""
+
+    run: str
+    group: Int64 = 0
+
+
 class Activation(Record):
     at: Time | None = None
     seed: str = ""
@@ -411,6 +418,7 @@ class Activation(Record):
     # Run places; "" (older records) = victims until their GPUs cover deficitGPUs.
     rule: str = ""
     protected: tuple[ProtectedEntry, ...] = ()
+    passed_over: tuple[DrawRef, ...] = ()  # groups of the draw before the last victim whose GPUs were not needed
     decided_at: Time | None = None  # when the reconciler took the decision (at = the seed's instant)
 
 

@@ -110,6 +110,7 @@ def activation_json(activation: Activation) -> dict:
         "freedGPUs": activation.freed_gpus,
         **({"rule": activation.rule} if activation.rule else {}),
         **({"protected": [msgspec.to_builtins(p) for p in activation.protected]} if activation.protected else {}),
+        **({"passedOver": [msgspec.to_builtins(p) for p in activation.passed_over]} if activation.passed_over else {}),
         **({"decidedAt": rfc3339(activation.decided_at)} if activation.decided_at is not None else {}),
     }
 

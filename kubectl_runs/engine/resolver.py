@@ -15,7 +15,9 @@ are taken:
 Only candidates that free slots the reserving Run can use are listed (schedulable nodes of the scope's flavor,
 in its domain when it names one): a lease on a cordoned node frees nothing it could start on. The decision is
 the **shortest prefix** of that list after which the Run starts by admission's own gate (``plan.startable``:
-its groups place by the same packing, and its funding covers them). If even the whole list would not start it,
+its groups place by the same packing, and its funding covers them); then every step of the prefix but the last
+whose leases the Run does not need (it still starts without them) is given back, from the end down — a lottery
+group given back is recorded as ``passedOver``, so nobody loses GPUs that were not used. If even the whole list would not start it,
 nothing is taken and ``failure`` says which: ``NotEnoughToFree`` (too few GPUs would be free for it),
 ``NotPlaceable`` (enough GPUs, but not in whole groups in the domains it may use) or ``NotFunded``.
 
@@ -32,7 +34,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..model import Action, Activation, ConflictEntry, GPULease, ProtectedEntry, Reservation, Snapshot
+from ..model import (
+    Action,
+    Activation,
+    ConflictEntry,
+    DrawRef,
+    GPULease,
+    ProtectedEntry,
+    Reservation,
+    Snapshot,
+)
 from .accounting import ledger
 from .lottery import (
     CLOSURE_REASON,
@@ -81,6 +92,7 @@ class Resolution:
     conflict_set: tuple[ConflictEntry, ...]  # in draw order
     actions: tuple[Action, ...]
     protected: tuple[ProtectedEntry, ...] = ()  # runs left out of the conflict set, and why
+    passed_over: tuple[DrawRef, ...] = ()  # drawn before the last victim, given back: not needed to start the Run
     failure: str | None = None  # NotEnoughToFree | NotPlaceable | NotFunded: nothing is taken
     detail: str = ""  # the failure in one line
 
@@ -103,6 +115,7 @@ class Resolution:
             freed_gpus=self.freed_gpus,
             rule=PLACEMENT_RULE,
             protected=self.protected,
+            passed_over=self.passed_over,
             decided_at=decided_at,
         )
 
@@ -218,10 +231,16 @@ def resolve(
     if run is None:
         return Resolution(**decision, actions=(), failure=NOT_ENOUGH_TO_FREE, detail="the run is gone")
 
-    def after(k: int) -> Startability:
-        gone = {lease.key for _kind, leases in steps[:k] for lease in leases}
+    def after_steps(indices) -> Startability:
+        gone = {lease.key for i in indices for lease in steps[i][1]}
         kept_leases = tuple(lease for lease in snapshot.leases if lease.key not in gone)
         return startable(dataclasses.replace(snapshot, leases=kept_leases), run, at)
+
+    def after(k: int) -> Startability:
+        return after_steps(range(k))
+
+    def fits(indices) -> bool:
+        return after_steps(indices).starts
 
     everything = after(len(steps))
     if not everything.starts:
@@ -233,12 +252,23 @@ def resolve(
             hi = mid
         else:
             lo = mid + 1
+    # Then give back what the prefix took and the Run does not need (a group drawn early whose slots it would not
+    # use): from the last step but one down, a step goes back when the Run still starts without it. The last step
+    # is needed (the prefix is the shortest), and a lottery group given back is recorded as passed over.
+    chosen = list(range(lo))
+    for index in range(lo - 2, -1, -1):
+        trial = [i for i in chosen if i != index]
+        if fits(trial):
+            chosen = trial
+    kept_steps = [steps[i] for i in chosen]
+    passed = tuple(DrawRef(run=leases[0].run_key, group=leases[0].spec.group)
+                   for i, (kind, leases) in enumerate(steps[:lo]) if kind == LOTTERY and i not in chosen)
     actions = tuple(
         Action(kind=kind, run=lease.run_key, group=lease.spec.group, lease=lease.key, gpus=lease.gpus)
-        for kind, leases in steps[:lo]
+        for kind, leases in kept_steps
         for lease in leases
     )
-    return Resolution(**decision, actions=actions)
+    return Resolution(**decision, actions=actions, passed_over=passed)
 
 
 def _why(after: Startability) -> str:

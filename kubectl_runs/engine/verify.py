@@ -156,7 +156,11 @@ def _expected_victims(seed: str, activation: Activation, recorded: list[GroupKey
     which groups a prefix of that length holds. Older records: groups until their GPUs cover the deficit
     left after the gentle remedies."""
     if activation.rule == PLACEMENT_RULE:
-        return [(e.run, e.group) for e in draw_order(seed, activation.conflict_set)[: len(recorded)]]
+        order = [(e.run, e.group) for e in draw_order(seed, activation.conflict_set)]
+        places = [order.index(g) for g in recorded if g in order]
+        passed = {(p.run, p.group) for p in activation.passed_over}
+        last = max(places, default=-1)
+        return [g for g in order[: last + 1] if g not in passed]
     before = sum(a.gpus for a in activation.actions if a.kind != LOTTERY)
     return [(e.run, e.group) for e in victims(seed, activation.conflict_set, activation.deficit_gpus - before)]
 
@@ -169,6 +173,14 @@ def _check_protected(activation: Activation, differences: list[str]) -> None:
                 f"{entry.run} group {entry.group} is in the conflict set, but the record protects {entry.run} "
                 f"({shielded[entry.run].reason})"
             )
+    order = {(e.run, e.group): i for i, e in enumerate(draw_order(activation.seed, activation.conflict_set))}
+    victims_at = [order[(a.run, a.group)] for a in activation.actions if a.kind == LOTTERY and (a.run, a.group) in order]
+    for p in activation.passed_over:
+        where = order.get((p.run, p.group))
+        if where is None:
+            differences.append(f"passed-over {p.run} group {p.group} is not in the conflict set")
+        elif not victims_at or where > max(victims_at):
+            differences.append(f"passed-over {p.run} group {p.group} comes after the last victim in the draw")
     if activation.protected and activation.rule != PLACEMENT_RULE:
         differences.append(f"protected runs are recorded under rule {activation.rule or '(none)'!r}, not "
                            f"{PLACEMENT_RULE!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import msgspec
+import pytest
 from builders import (
     T0,
     activated,
@@ -30,7 +31,7 @@ from builders import (
 
 from kubectl_runs.model import Run, Snapshot
 from kubectl_runs.reconciler.actions import AnyWrite, Create, PatchStatus
-from kubectl_runs.reconciler.ledger import apply_writes, plan_ledger
+from kubectl_runs.reconciler.ledger import apply_writes, merge_patch, plan_ledger
 
 NOW = at(hours=1)
 DUE = at(hours=2)
@@ -202,3 +203,184 @@ def test_a_recorded_preemption_of_a_lease_that_starts_after_the_pass_ends_at_its
     records = [w for w in writes if isinstance(w, PatchStatus) and w.kind == "Run"]
     assert [(w.name, w.status) for w in records] == [
         ("a", {"preemptions": [{"reservation": "team/job-r1", "seed": seed, "at": iso(decided), "gpus": 8}]})]
+
+
+# --- other branches no unit test ran (found with coverage) ------------------------------------------------------
+
+
+def test_a_due_reservation_of_a_deleted_run_is_released_run_deleted_without_an_activation():
+    """The fleet is full (a, b, c hold all 24 GPUs); job-r1 (Pending, earliestStart DUE = T0 + 2 h) names Run job,
+    which is gone. At DUE ``activate_due`` releases it (reason RunDeleted) before any resolution: the only write,
+    no lease of a, b or c closed.
+
+    Kills: ``activate_due``'s first ``continue`` dropped (the resolver would be handed a Run that is None:
+    AttributeError), or its reason changed."""
+    writes = plan_ledger(busy_fleet(reservation("job-r1", run_name="job", earliest_start=DUE)), DUE)
+    assert summary(writes) == [released("job-r1", "RunDeleted")]
+
+
+def test_a_recorded_activation_whose_victim_run_is_gone_closes_run_deleted_and_records_on_nobody():
+    """job-r1's activation (recorded at NOW) took a-g0-active-0 (Lottery, 8 GPUs) and the replica died before the
+    closure; meanwhile Run a was deleted (gone). The pass at NOW + 5 s: step 1 closes the lease first, reason
+    RunDeleted (its Run is gone), so step 2 finds it closed and writes no RandomPreempt over it; there is no Run a
+    to record the preemption on. job is minted the freed n1#0-7. A second pass writes nothing.
+
+    Kills: ``_record_on_runs`` without its ``if run is None: continue`` (AttributeError on a Run that is None)."""
+    seed = "0x" + "cd" * 8
+    record = {"at": iso(NOW), "seed": seed, "deficitGPUs": 8,
+              "conflictSet": [{"run": "team/a", "group": 0, "owner": "org:x:team", "class": "owned", "gpus": 8,
+                               "ticket": "00" * 32}],
+              "actions": [{"kind": "Lottery", "run": "team/a", "group": 0, "lease": "team/a-g0-active-0",
+                           "gpus": 8}],
+              "freedGPUs": 8}
+    snap = snapshot(*NODES, TEAM, held("a-g0-active-0", "n1", run_name="a"),
+                    run("job", "team", gpus=8, group_gpus=8, phase=None, created=T0),
+                    activated(reservation("job-r1", run_name="job", earliest_start=NOW), record))
+    when = NOW + timedelta(seconds=5)
+    writes = plan_ledger(snap, when)
+    assert summary(writes)[0] == ("PatchStatus", "GPULease", "a-g0-active-0",
+                                  {"closed": True, "ended": iso(when), "closureReason": "RunDeleted"})
+    assert [(w.name, w.body["spec"]["slice"]["slots"]) for w in writes[1:]] == [("job-g0-active-0", slots("n1", 8))]
+    assert plan_ledger(apply_writes(snap, writes), when) == []
+
+
+def test_a_lease_name_another_run_holds_is_skipped():
+    """Namespace team already has a GPULease named job-g0-active-0 — of Run zzz (closed at T0 + 30 min). job's
+    first lease of group 0 would be job-g0-active-0 (n = 0 leases of its own); the name is taken, so it is
+    job-g0-active-1.
+
+    Kills: ``_lease``'s ``while … in self.taken_names: n += 1`` never looping (``if``-less: the name of another
+    run's lease would be a Create that the API server answers AlreadyExists, and job would never start)."""
+    other = lease("job-g0-active-0", "team", owner="org:x:team", run_name="zzz", slot_list=slots("n1", 8),
+                  paid_by=("b", "west"), ended=at(minutes=30), closure_reason="Completed")
+    writes = plan_ledger(snapshot(*NODES, TEAM, run("job", "team", gpus=8, group_gpus=8, phase=None, created=T0),
+                                  other), NOW)
+    assert [w.name for w in writes] == ["job-g0-active-1"]
+
+
+def test_a_reservation_name_another_object_holds_is_skipped():
+    """The fleet is full; job (8 GPUs) gets a Reservation. It has none of its own, so it would be job-r1 — but a
+    Reservation of that name exists for another Run (zzz, Released): job's is job-r2.
+
+    Kills: ``_reservation_body``'s ``number += 1`` loop not taken (job-r1: AlreadyExists, and job would never get
+    a Reservation)."""
+    snap = busy_fleet(run("job", "team", gpus=8, group_gpus=8, phase=None, created=at(minutes=5)),
+                      reservation("job-r1", run_name="zzz", earliest_start=at(hours=9), state="Released"))
+    writes = plan_ledger(snap, NOW)
+    assert [(type(w).__name__, w.name) for w in writes] == [("Create", "job-r2"), ("PatchStatus", "job-r2")]
+
+
+def test_a_run_waiting_for_its_window_reserves_paid_by_the_envelope_that_opens():
+    """The team's only envelope, west (32 GPUs), opens at T0 + 3 h; the fleet is free. At NOW job (8 GPUs) has no
+    funding source with headroom (WindowNotOpen), but the forecast is window-aligned: the Reservation's
+    earliestStart is T0 + 3 h and its payingEnvelope the envelope whose window opens then, b/west.
+
+    Kills: the ``elif outlook.opened:`` branch of ``_reservation_body`` skipped (no payingEnvelope)."""
+    later = budget("b", "team", owner="org:x:team", envelopes=[envelope("west", concurrency=32, start=at(hours=3))])
+    writes = plan_ledger(snapshot(*NODES, later, run("job", "team", gpus=8, group_gpus=8, phase=None, created=T0)),
+                         NOW)
+    (made,) = [w for w in writes if isinstance(w, Create)]
+    assert made.body["spec"]["earliestStart"] == iso(at(hours=3))
+    assert made.body["spec"]["payingEnvelope"] == {"budget": "b", "envelope": "west"}
+
+
+def test_a_reservation_of_a_run_kept_in_one_domain_names_the_domain_it_already_holds():
+    """job (16 GPUs, groups of 8, allowCrossGroupSpread: false) holds group 0 on m1 (d2) and lacks group 1; a and
+    b hold n1, n2 (d1): nothing is free. Its Reservation's scope names d2, where its group 0 is — freeing GPUs
+    in d1 would not let its group 1 join it.
+
+    Kills: ``_reservation_domain`` ignoring the leases the Run holds (the plan's best domain instead, d1)."""
+    manifest = to_manifest(run("job", "team", gpus=16, group_gpus=8, phase=None, created=T0))
+    manifest["spec"]["locality"]["allowCrossGroupSpread"] = False
+    snap = snapshot(*NODES, TEAM,
+                    run("a", "team", gpus=8, group_gpus=8, created=T0), held("a-g0-active-0", "n1", run_name="a"),
+                    run("b", "team", gpus=8, group_gpus=8, created=T0), held("b-g0-active-0", "n2", run_name="b"),
+                    msgspec.convert(manifest, Run), held("job-g0-active-0", "m1", run_name="job"))
+    (made,) = [w for w in plan_ledger(snap, NOW) if isinstance(w, Create)]
+    assert made.body["spec"]["scope"] == {"flavor": "H100", "domain": "d2"}
+
+
+def test_an_activation_after_its_earliest_start_counts_a_lease_minted_since_from_earliest_start():
+    """job-r1 is due at DUE = T0 + 2 h and the pass runs at DUE + 5 min. a and b hold n1, n2 since T0; d was
+    minted m1 at DUE + 1 min, after earliestStart. The resolver decides as at DUE, and sees d's lease as open
+    since DUE (``_as_of``): d is in the conflict set with a and b (3 groups of 8), and with this seed the lottery
+    draws d.
+
+    Kills: ``_as_of`` without moving a later start back to ``when``: d's lease is not open at DUE, so the conflict
+    set would be a and b only."""
+    objects = [*NODES, TEAM]
+    for name, node_name, start in (("a", "n1", T0), ("b", "n2", T0), ("d", "m1", DUE + timedelta(minutes=1))):
+        objects += [run(name, "team", gpus=8, group_gpus=8, created=T0),
+                    held(f"{name}-g0-active-0", node_name, run_name=name, start=start)]
+    snap = snapshot(*objects, run("job", "team", gpus=8, group_gpus=8, phase=None, created=at(minutes=5)),
+                    reservation("job-r1", run_name="job", earliest_start=DUE))
+    decision = plan_ledger(snap, DUE + timedelta(minutes=5))[0]
+    activation = decision.status["activation"]
+    assert (decision.name, activation["at"]) == ("job-r1", iso(DUE))
+    assert sorted(e["run"] for e in activation["conflictSet"]) == ["team/a", "team/b", "team/d"]
+    assert [a["lease"] for a in activation["actions"]] == ["team/d-g0-active-0"]
+
+
+def test_long_run_names_give_lease_names_within_253_and_labels_within_63_characters():
+    """A Run named with 250 characters: its lease is ``<first 232>-<8 hex of sha256>-g0-active-0`` (253 characters)
+    and its jobtree.dev/run label ``<first 54>-<8 hex>`` (63), the same in every pass.
+
+    Kills: the cut branches of ``_name`` and ``_label`` (a 262-character name or a 250-character label value: the
+    API server refuses both)."""
+    name = "x" * 250
+    snap = snapshot(*NODES, TEAM, run(name, "team", gpus=8, group_gpus=8, phase=None, created=T0))
+    (minted,) = plan_ledger(snap, NOW)
+    assert len(minted.name) == 253 and minted.name.startswith("x" * 232 + "-") and minted.name.endswith("-g0-active-0")
+    label = minted.body["metadata"]["labels"]["jobtree.dev/run"]
+    assert len(label) == 63 and label.startswith("x" * 54 + "-")
+    assert minted.body["spec"]["runRef"]["name"] == name
+    assert plan_ledger(snap, NOW) == [minted]
+
+
+def test_ledger_options_refuse_a_settle_delay_under_a_second_or_above_the_unknown_forecast_delay():
+    """settle_delay < 1 s could let a Reservation fall due in the pass that made it; an unknown_forecast_delay
+    below settle_delay would make earliestStart sooner than the settle delay allows.
+
+    Kills: either check of ``LedgerOptions.__post_init__`` dropped."""
+    from kubectl_runs.reconciler.ledger import LedgerOptions
+
+    with pytest.raises(ValueError, match="settle_delay must be at least one second"):
+        LedgerOptions(settle_delay=timedelta(milliseconds=500))
+    with pytest.raises(ValueError, match="unknown_forecast_delay must be at least settle_delay"):
+        LedgerOptions(settle_delay=timedelta(minutes=20), unknown_forecast_delay=timedelta(minutes=15))
+    LedgerOptions(settle_delay=timedelta(seconds=1), unknown_forecast_delay=timedelta(seconds=1))
+
+
+def test_apply_writes_behaves_as_the_api_server():
+    """What the pass's own view (and every converge check) relies on: a Create of a name that exists is a no-op
+    (AlreadyExists), a Create drops ``status`` (the status subresource), a status patch of a missing object is
+    skipped (NotFound), a ``null`` in a merge patch removes the key, and writes of other kinds or actions
+    (a Budget, an Event) change nothing.
+
+    Kills: any guard of ``_Objects.apply`` dropped (a Create over an existing name would replace the lease; a
+    patch of a missing object or of a Budget: AttributeError), and ``merge_patch`` keeping nulls."""
+    from kubectl_runs.reconciler.actions import RecordEvent
+
+    existing = held("a-g0-active-0", "n1", run_name="a")
+    snap = snapshot(*NODES, TEAM, run("a", "team", gpus=8, group_gpus=8, created=T0), existing)
+    body = to_manifest(held("a-g0-active-0", "n2", run_name="a"))
+    fresh = to_manifest(held("new-g0", "m1", run_name="a"))
+    fresh["status"] = {"closed": True, "closureReason": "Completed"}
+    after = apply_writes(snap, [
+        Create(kind="GPULease", namespace="team", name="a-g0-active-0", body=body),
+        Create(kind="GPULease", namespace="team", name="new-g0", body=fresh),
+        PatchStatus(kind="GPULease", namespace="team", name="missing", status={"closed": True}),
+        PatchStatus(kind="Run", namespace="team", name="a", status={"phase": "Running", "eta": None}),
+        PatchStatus(kind="Budget", namespace="team", name="b", status={"updatedAt": iso(NOW)}),
+        RecordEvent(kind="Run", namespace="team", name="a", reason="Test", message="nothing"),
+    ])
+    leases = after.leases_by_key
+    assert sorted(leases) == ["team/a-g0-active-0", "team/new-g0"]
+    assert leases["team/a-g0-active-0"].spec.slice.slots == tuple(slots("n1", 8))  # the first one kept
+    assert not leases["team/new-g0"].status.closed
+    assert after.budgets == snap.budgets
+    a_run = after.runs_by_key["team/a"]
+    assert a_run.status.phase == "Running" and a_run.status.eta is None
+    # RFC 7386: null removes the key (at any depth), anything else replaces or merges
+    assert merge_patch({"a": 1, "b": {"c": 2, "e": 5}}, {"a": None, "b": {"c": None, "d": 3}, "x": None}) == {
+        "b": {"e": 5, "d": 3}}

@@ -384,3 +384,38 @@ def test_apply_writes_behaves_as_the_api_server():
     # RFC 7386: null removes the key (at any depth), anything else replaces or merges
     assert merge_patch({"a": 1, "b": {"c": 2, "e": 5}}, {"a": None, "b": {"c": None, "d": 3}, "x": None}) == {
         "b": {"e": 5, "d": 3}}
+
+
+def test_an_envelope_whose_selector_misses_the_group_pays_only_after_those_that_match():
+    """Envelope a-west (8 GPUs, selector region=west) comes first in the funding walk (by name), b-any (8, no
+    selector) second. n1 and m1 are region=east, n2 region=west; job's one group of 8 goes to n1 (the tightest
+    fit, then by name). a-west matches a candidate node (n2), so the plan counts it, but not n1: b-any pays.
+
+    Kills: ``_pay`` taking the sources in walk order (``eligible`` = every source), or ``_selects_all`` always
+    True: a-west would pay for GPUs on a node its selector does not match."""
+    east, west = {"region": "east"}, {"region": "west"}
+    snap = snapshot(node("n1", domain="d1", labels=east), node("n2", domain="d1", labels=west),
+                    node("m1", domain="d2", labels=east),
+                    budget("b", "team", owner="org:x:team", envelopes=[
+                        envelope("a-west", concurrency=8, selector=west), envelope("b-any", concurrency=8)]),
+                    run("job", "team", gpus=8, group_gpus=8, phase=None, created=T0))
+    (minted,) = plan_ledger(snap, NOW)
+    assert minted.body["spec"]["slice"]["slots"] == slots("n1", 8)
+    assert minted.body["spec"]["paidBy"] == {"namespace": "team", "budget": "b", "envelope": "b-any"}
+
+
+def test_an_elastic_run_short_of_funding_mints_no_group_its_envelope_cannot_pay_for_in_full():
+    """job: 8 to 24 GPUs (desired 24) in steps and groups of 8; the fleet's 24 GPUs are free but envelope west
+    pays for 12. It starts at 8 (Start, n1#0-7); growing, the keeper tries width 16, whose group 1 places on n2
+    but finds 4 GPUs of funding for 8: nothing of it is minted (no partly paid group). A second pass writes
+    nothing.
+
+    Kills: ``_pay`` returning what it could pay instead of None when the sources run short (a lease of 4 of group
+    1's 8 GPUs)."""
+    job = run("job", "team", gpus=24, group_gpus=8, phase=None, created=T0,
+              malleable={"minTotalGPUs": 8, "maxTotalGPUs": 24, "stepGPUs": 8, "desiredTotalGPUs": 24})
+    snap = snapshot(*NODES, budget("b", "team", owner="org:x:team", envelopes=[envelope("west", concurrency=12)]), job)
+    writes = plan_ledger(snap, NOW)
+    assert [(w.name, w.body["spec"]["reason"], w.body["spec"]["slice"]["slots"]) for w in writes] == [
+        ("job-g0-active-0", "Start", slots("n1", 8))]
+    assert plan_ledger(apply_writes(snap, writes), NOW) == []

@@ -419,3 +419,54 @@ def test_an_elastic_run_short_of_funding_mints_no_group_its_envelope_cannot_pay_
     assert [(w.name, w.body["spec"]["reason"], w.body["spec"]["slice"]["slots"]) for w in writes] == [
         ("job-g0-active-0", "Start", slots("n1", 8))]
     assert plan_ledger(apply_writes(snap, writes), NOW) == []
+
+
+def test_a_reservation_created_but_not_yet_marked_pending_gets_its_pending_state():
+    """A pass created job-r1 and died before writing its status (state unset). The fleet is still full, so job
+    still needs it: the next pass writes state Pending, reason Waiting, and nothing else (no second Reservation).
+
+    Kills: ``reserve`` not writing the state of a Reservation whose status is empty (``_pending_state`` skipped):
+    it would stay without a state for good."""
+    snap = busy_fleet(run("job", "team", gpus=8, group_gpus=8, phase=None, created=at(minutes=5)),
+                      reservation("job-r1", run_name="job", earliest_start=at(hours=9), state=None))
+    writes = plan_ledger(snap, NOW)
+    assert summary(writes) == [("PatchStatus", "Reservation", "job-r1", {"state": "Pending", "reason": "Waiting"})]
+
+
+def test_a_run_with_an_activated_reservation_is_placed_in_the_reservation_domain():
+    """job's Reservation job-r1 activated with scope domain d2 (nothing left to take). d1 has 16 free GPUs, d2 8:
+    job's group of 8 goes to d2 (m1), where its Reservation made room, not to the domain with the most free GPUs.
+
+    Kills: ``_Minting`` ignoring the Activated Reservation's domain (``reserved_domain`` never set): n1 in d1."""
+    record = {"at": iso(NOW), "seed": "0x" + "ee" * 8, "deficitGPUs": 0, "conflictSet": [], "actions": [],
+              "freedGPUs": 0}
+    snap = snapshot(*NODES, TEAM, run("job", "team", gpus=8, group_gpus=8, phase=None, created=T0),
+                    activated(reservation("job-r1", run_name="job", earliest_start=NOW, domain="d2"), record))
+    (minted,) = plan_ledger(snap, NOW)
+    assert minted.body["spec"]["slice"]["slots"] == slots("m1", 8)
+
+
+def test_a_recorded_drop_spare_closes_the_spare_without_a_preemption_record():
+    """job-r1's recorded activation took a's spare a-g0-spare-0 (DropSpare, 2 GPUs) and the replica died before
+    the closure. The pass at NOW + 5 s closes it with closureReason DropSpare and no ``preemption`` (a DropSpare
+    is not a preemption: a keeps running), and writes no ``status.preemptions`` on a.
+
+    Kills: ``finish_recorded`` adding ``preemption`` to every recorded closure, or ``_record_on_runs`` counting
+    every action kind."""
+    record = {"at": iso(NOW), "seed": "0x" + "ee" * 8, "deficitGPUs": 2, "conflictSet": [],
+              "actions": [{"kind": "DropSpare", "run": "team/a", "group": 0, "lease": "team/a-g0-spare-0",
+                           "gpus": 2}],
+              "freedGPUs": 2}
+    spare = lease("a-g0-spare-0", "team", owner="org:x:team", run_name="a", slot_list=slots("n1", 2, 6),
+                  paid_by=("b", "west"), role="Spare")
+    active = lease("a-g0-active-0", "team", owner="org:x:team", run_name="a", slot_list=slots("n1", 6),
+                   paid_by=("b", "west"))
+    snap = snapshot(*NODES, TEAM, run("a", "team", gpus=6, group_gpus=6, spares_per_group=2, created=T0), active,
+                    spare, run("job", "team", gpus=2, phase=None, created=T0),
+                    activated(reservation("job-r1", run_name="job", earliest_start=NOW), record))
+    when = NOW + timedelta(seconds=5)
+    writes = plan_ledger(snap, when)
+    assert summary(writes)[0] == ("PatchStatus", "GPULease", "a-g0-spare-0",
+                                  {"closed": True, "ended": iso(when), "closureReason": "DropSpare"})
+    assert writes[0].cause == "DropSpare by team/job-r1: close team/a-g0-spare-0 (2 GPUs of team/a group 0)"
+    assert not [w for w in writes if w.kind == "Run"]

@@ -11,6 +11,9 @@ closed at most once (PATCHes on gpuleases/status counted by the API server itsel
 Then a pass killed between two lease mints and run again converges to the ledger a dry run planned: the same
 names, slots and payers, no lease created twice (POSTs counted by the API server).
 
+And a Run deleted while a finalizer holds it (deletionTimestamp set, the object kept): the next pass closes its
+leases (RunDeleted) and releases its due Reservation (RunDeleted) without preempting anyone.
+
 The reconciler writes to every object it sees: these tests use their own control plane."""
 
 from __future__ import annotations
@@ -280,3 +283,66 @@ def test_two_replicas_managing_leases_the_standby_takes_over_from_a_leader_kille
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=30)
+
+
+def test_a_run_deleted_while_a_finalizer_holds_it_has_its_leases_closed_and_its_reservation_released(cp, tmp_path):
+    """Run keep (8 V100 GPUs, finalizer example.com/hold) and run other (8) fill two 8-GPU V100 nodes: one
+    ``reconcile --once --manage-leases`` mints a lease for each. keep also has a Pending Reservation, keep-r1, due
+    already (earliestStart a second ago; made here by hand: spec is immutable, and a keeper-made one would not
+    be due for 10 s). ``kubectl delete run keep --wait=false``: the API server sets deletionTimestamp and keeps the
+    object for its finalizer. The next pass closes keep's lease (closureReason RunDeleted, ended set, not before
+    its start) and releases keep-r1 (reason RunDeleted) without activating it: other's lease is not written at all
+    (resourceVersion unchanged) and nobody is preempted — activating keep-r1 for a Run whose lease that pass just
+    closed would take other's 8 GPUs by lottery. With the finalizer removed the Run is gone, and a pass after that
+    does not close keep's lease again."""
+    ns, flavor = "hold", "V100"
+    keep = grouped_run("keep", ns, flavor=flavor)
+    keep["metadata"]["finalizers"] = ["example.com/hold"]
+    create(cp, [node("h1", flavor=flavor), node("h2", flavor=flavor),
+                budget("b", ns, owner="org:hold", envelopes=[("main", flavor, 16)])])
+    create(cp, [keep, grouped_run("other", ns, flavor=flavor)])
+
+    def once(name: str) -> Reconciler:
+        proc = Reconciler(cp, "--once", "--manage-leases", log_dir=tmp_path, name=name)
+        code = proc.proc.wait(timeout=90)
+        proc.stop()
+        assert code == 0, "\n".join(proc.lines()[-30:])
+        return proc
+
+    def lease_of(run_name: str) -> dict:
+        (one,) = leases_of(cp, run_name, ns)
+        return one
+
+    once("mint")
+    keep_lease, other_lease = lease_of("keep"), lease_of("other")
+    assert not keep_lease.get("status", {}).get("closed") and not other_lease.get("status", {}).get("closed")
+    create(cp, [{"apiVersion": "jobtree.dev/v1alpha1", "kind": "Reservation",
+                 "metadata": {"name": "keep-r1", "namespace": ns},
+                 "spec": {"runRef": {"namespace": ns, "name": "keep"}, "scope": {"flavor": flavor},
+                          "earliestStart": iso(now() - timedelta(seconds=1))}}])
+    patch_status(cp, "reservations", "keep-r1", {"state": "Pending", "reason": "Waiting"}, namespace=ns)
+
+    cp.kubectl("delete", "run", "keep", "-n", ns, "--wait=false")
+    marked = get(cp, f"{API}/namespaces/{ns}/runs/keep")["metadata"]
+    assert marked.get("deletionTimestamp") and marked["finalizers"] == ["example.com/hold"]
+
+    deleting = once("deleting")
+    closed = lease_of("keep")
+    assert closed["metadata"]["name"] == keep_lease["metadata"]["name"]
+    status = closed.get("status", {})
+    assert (status.get("closed"), status.get("closureReason")) == (True, "RunDeleted"), closed
+    assert status["ended"] >= closed["spec"]["start"]
+    assert "preemption" not in status
+    reservation = get(cp, f"{API}/namespaces/{ns}/reservations/keep-r1")["status"]
+    assert (reservation["state"], reservation["reason"]) == ("Released", "RunDeleted")
+    assert "activation" not in reservation
+    assert lease_of("other")["metadata"]["resourceVersion"] == other_lease["metadata"]["resourceVersion"]
+    assert not get(cp, f"{API}/namespaces/{ns}/runs/other").get("status", {}).get("preemptions")
+    assert not [line for line in deleting.lines() if "RandomPreempt(" in line or f"activate {ns}/keep-r1" in line]
+    assert get(cp, f"{API}/namespaces/{ns}/runs/keep")["metadata"].get("deletionTimestamp"), "the finalizer holds it"
+
+    cp.kubectl("patch", "run", "keep", "-n", ns, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    wait_for("keep gone", lambda: cp.request("GET", f"{API}/namespaces/{ns}/runs/keep")[0] == 404, timeout=30)
+    once("gone")
+    assert lease_of("keep")["metadata"]["resourceVersion"] == closed["metadata"]["resourceVersion"], \
+        "a closed lease was written again"

@@ -317,7 +317,8 @@ def test_a_run_deleted_while_a_finalizer_holds_it_has_its_leases_closed_and_its_
     keep_lease, other_lease = lease_of("keep"), lease_of("other")
     assert not keep_lease.get("status", {}).get("closed") and not other_lease.get("status", {}).get("closed")
     create(cp, [{"apiVersion": "jobtree.dev/v1alpha1", "kind": "Reservation",
-                 "metadata": {"name": "keep-r1", "namespace": ns},
+                 "metadata": {"name": "keep-r1", "namespace": ns,  # as the reconciler makes them (its mark)
+                              "labels": {"app.kubernetes.io/managed-by": "kubectl-runs-reconciler"}},
                  "spec": {"runRef": {"namespace": ns, "name": "keep"}, "scope": {"flavor": flavor},
                           "earliestStart": iso(now() - timedelta(seconds=1))}}])
     patch_status(cp, "reservations", "keep-r1", {"state": "Pending", "reason": "Waiting"}, namespace=ns)

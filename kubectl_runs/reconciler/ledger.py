@@ -10,13 +10,20 @@ One pass, in this order, each step seeing the writes of the steps before it (``a
    open gets their closures *from the record* (closureReason, ended, preemption {reservation, seed}); its victim
    Runs get the ``status.preemptions`` entry. Nothing recorded is ever decided again: this is what a pass does
    after a crash between the decision and its closures.
-3. **Activate** each Pending Reservation whose ``earliestStart`` has come (earliest first) with
+3. **Refuse** the pending Reservations it did not make (label ``app.kubernetes.io/managed-by:
+   kubectl-runs-reconciler``) and no admin approved (annotation ``jobtree.dev/preemption: approved``): Failed,
+   reason ``NotAuthorized``, nothing taken. A Reservation is the right to preempt.
+4. **Activate** each Pending Reservation whose ``earliestStart`` has come (earliest first) with
    ``engine/resolver.resolve``, evaluated at ``earliestStart`` — not the wall clock — so the seed is the one
-   ``plan`` already shows and anyone can derive it. The decision is written first (state Activated and
-   ``status.activation``), then step 2's closures follow from the record. A resolution that cannot free the
-   whole deficit takes nothing: the Reservation is Failed (reason ``ConflictSetTooSmall``), and a new one
-   follows. A Reservation whose Run finished or was deleted before it activated is Released.
-4. **Admit** Runs (Runs with an Activated Reservation first, then oldest first): a Run that is not finished,
+   ``plan`` already shows and anyone can derive it; the protection windows (``engine/protection.py``) are those
+   of the pass's instant. The resolver takes the shortest prefix of the remedies after which the Run starts, or
+   nothing: Failed with ``NotEnoughToFree`` / ``NotPlaceable`` / ``NotFunded``; or, when only Runs about to
+   finish stand in the way, Pending with ``AwaitingRelease``. The decision is written first (state Activated
+   and ``status.activation``), then step 2's closures follow from the record, then the Run is admitted on the
+   freed GPUs before anything else. A Reservation whose Run finished or was deleted before it activated is
+   Released.
+5. **Admit** Runs (Runs with an Activated Reservation first, then oldest first, the victims of this instant's
+   activations last and never onto the slots they lost): a Run that is not finished,
    not blocked (InvalidRequest, UnboundNamespace) and whose plan (``engine/plan.plan_run``) has no deficit gets
    the GPULeases its plan needs, one lease per (group, role, payer): slots from a concrete placement that
    follows ``engine/packing`` (a group and its spares inside one fabric domain; without cross-group spread all
@@ -24,10 +31,11 @@ One pass, in this order, each step seeing the writes of the steps before it (``a
    width and, when more fits, grows toward ``desiredTotalGPUs`` in the same pass (reason ``Grow``): all the way
    when its plan for that width has no deficit and its groups place, else by as many whole ``stepGPUs`` as can
    be placed and funded.
-5. **Reserve**: a Run that still cannot start gets one Reservation (``<run>-r<n>``), unless one is Pending; a
-   Pending Reservation whose Run has started, finished or is gone is Released. A Reservation never falls due
-   in the pass that made it (``settle_delay``), so applying a pass's writes and planning again at the same
-   instant gives no writes, and the victims of one activation cannot set off another in the same pass.
+6. **Reserve**: a Run that still cannot start gets one Reservation (``<run>-r<n>``, with the reconciler's
+   label), unless one is Pending or the Run lost GPUs to a lottery within the victim protection; a Pending
+   Reservation whose Run has started, finished or is gone is Released. A Reservation never falls due in the
+   pass that made it (``settle_delay``), so applying a pass's writes and planning again at the same instant
+   gives no writes, and the victims of one activation cannot set off another in the same pass.
 
 Choices (docs/reconciler.md says the same for admins):
 
@@ -52,7 +60,8 @@ Choices (docs/reconciler.md says the same for admins):
   ``at + settle_delay``, default 10 s: a forecast of "now" means the gentle remedies suffice). When the
   forecast is ``unknown``: a Run short of capacity only (funding covers it) gets ``at + unknown_forecast_delay``
   (default 15 minutes: the lottery is the last resort, not the first); a Run short of funding gets no
-  Reservation (taking GPUs from others does not fund it) until a forecast exists.
+  Reservation (taking GPUs from others does not fund it) until a forecast exists; a recent lottery victim gets
+  none either (no chains of lotteries on a timer).
 - **Activated stays Activated** after the Run starts: it is the record ``seeds verify`` reads. ``Released`` is
   for a Reservation that was not needed (its Run started before it, finished, or is gone).
 """

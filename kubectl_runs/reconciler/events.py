@@ -45,6 +45,7 @@ PREEMPTED, SHRUNK, SPARE_DROPPED = "Preempted", "Shrunk", "SpareDropped"
 RUN_REASON = {"RandomPreempt": PREEMPTED, "ReclaimUnfunded": PREEMPTED, "Shrink": SHRUNK, "DropSpare": SPARE_DROPPED}
 """The lease closures a Run hears about, and under which reason: those an activation took (Completed and
 RunDeleted say nothing the Run does not know)."""
+RUN_WORDS = {PREEMPTED: "preempted", SHRUNK: "shrunk", SPARE_DROPPED: "spares dropped"}
 WARNING_CLOSURES = frozenset({"RandomPreempt", "ReclaimUnfunded"})
 RESERVATION_REASON = {"Activated": "Activated", "Released": "Released", "Failed": "ReservationFailed"}
 RESERVATION_ACTION = {"Activated": "Activate", "Released": "Release", "Failed": "Fail"}
@@ -136,7 +137,7 @@ def _taken(run_key: str, reason: str, by: tuple[str, str], leases: list[GPULease
     """One Event on the Run for the leases of one closure reason a batch closed for one activation."""
     run_reason = RUN_REASON[reason]
     gpus = sum(x.gpus for x in leases)
-    note = (f"{run_reason.lower()} ({reason}){_by(by)}: {gpus} GPUs closed in {_count(leases, 'lease')}: "
+    note = (f"{RUN_WORDS[run_reason]} ({reason}){_by(by)}: {gpus} GPUs closed in {_count(leases, 'lease')}: "
             f"{_lease_list(leases)}")
     return _event(_run_ref(run_key, snapshot), run_reason, reason, note,
                   WARNING if reason in WARNING_CLOSURES else NORMAL, [reason, *by, *sorted(x.key for x in leases)],

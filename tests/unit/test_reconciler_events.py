@@ -128,7 +128,8 @@ def test_shrink_and_drop_spare_name_the_reservation_from_its_recorded_activation
     assert on_lease.type == "Normal" and "by reservation team/job-r1 with seed" in on_lease.note
     (on_run,) = by(events, "Run", run_reason)
     assert on_run.name == "el" and on_run.type == "Normal"
-    assert on_run.note == (f"{run_reason.lower()} ({reason}) by reservation team/job-r1 with seed {seed}: 4 GPUs "
+    words = {"Shrunk": "shrunk", "SpareDropped": "spares dropped"}[run_reason]
+    assert on_run.note == (f"{words} ({reason}) by reservation team/job-r1 with seed {seed}: 4 GPUs "
                            f"closed in 1 lease: team/el-g1-active-0 (group 1, 4 Active GPUs: m1#4-7)")
 
 

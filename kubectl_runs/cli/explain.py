@@ -66,7 +66,7 @@ class ExplainOptions(RunCommand):
         if not opts.snapshots:  # live: the run's Events too (a snapshot has none)
             from ..sources.cluster import recent_events
 
-            events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name)
+            events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name, uid=run.metadata.uid)
         return explain_document(explain_run(snapshot, run, at, events=events), self.fmt)
 
 

@@ -12,6 +12,9 @@ Every write names the object by kind, namespace and name; ``cause`` is the one-l
   twice: the applier treats 409 AlreadyExists as done). ``body`` is the whole object (apiVersion, kind,
   metadata, spec).
 - ``RecordEvent``: a core/v1 Event about an object (a Warning for an object the reconciler cannot parse).
+- ``ReportEvent``: an events.k8s.io/v1 Event about a decision of the ledger keeper (``events.py`` derives them
+  from the ledger's writes that were made; they are side effects of those writes, never planned or printed by
+  ``--dry-run``). ``kind``/``namespace``/``name``/``uid`` are the object it is about (``regarding``).
 """
 
 from __future__ import annotations
@@ -49,4 +52,23 @@ class RecordEvent(Write, frozen=True, tag="RecordEvent", kw_only=True):
     uid: str = ""  # of the object the Event is about (involvedObject.uid); "" when unknown
 
 
-AnyWrite = PatchStatus | Create | RecordEvent
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """An object an Event names (``regarding``/``related``: core/v1 ObjectReference)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+class ReportEvent(Write, frozen=True, tag="ReportEvent", kw_only=True):
+    event: str  # the Event's own name: deterministic, so the same decision is said once (409 = already said)
+    type: Literal["Normal", "Warning"] = "Normal"
+    reason: str
+    verb: str  # the Event's ``action`` (that name is taken by the write's tag)
+    note: str
+    uid: str = ""  # of the object it is about (regarding.uid: what ``kubectl describe`` selects on)
+    related: ObjectRef | None = None
+
+
+AnyWrite = PatchStatus | Create | RecordEvent | ReportEvent

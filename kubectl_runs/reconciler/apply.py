@@ -7,6 +7,8 @@
   crash cannot create twice).
 - ``RecordEvent``: a core/v1 Event with a deterministic name (the same complaint about the same object is
   created once; 409 = already said).
+- ``ReportEvent``: an events.k8s.io/v1 Event about a ledger decision (events.py), its name deterministic too
+  (409 = already said); ``eventTime`` is the batch's instant, ``reportingInstance`` this replica.
 
 Before every write the leader elector is asked; a replica that does not lead writes nothing. A failure that may
 pass (forbidden, unreachable, conflict, 5xx) is returned as ``retry`` so the loop requeues the object with
@@ -17,18 +19,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from ..model import GROUP, VERSION
 from ..timeutil import rfc3339
-from .actions import AnyWrite, Create, PatchStatus, RecordEvent
+from .actions import AnyWrite, Create, ObjectRef, PatchStatus, RecordEvent, ReportEvent
 from .cache import ApiError, Cache, decode_entry, request
 from .status import event_name
 
 PLURALS = {"Budget": "budgets", "Run": "runs", "Reservation": "reservations", "GPULease": "gpuleases"}
 COMPONENT = "kubectl-runs-reconciler"
+CONTROLLER = "jobtree.dev/kubectl-runs-reconciler"  # reportingController of events.k8s.io/v1 Events
+EVENTS_API = "events.k8s.io/v1"
 
 OK, EXISTS, GONE, CONFLICT, FORBIDDEN, ERROR, SKIPPED = "ok", "exists", "gone", "conflict", "forbidden", "error", "skipped"
 
@@ -47,6 +51,7 @@ class Outcome:
     write: AnyWrite
     outcome: str  # ok | exists | gone | conflict | forbidden | error | skipped (not the leader)
     detail: str = ""
+    answer: Any = None  # the object as the API server answered the write (typed record), when it was made
 
     @property
     def retry(self) -> bool:
@@ -62,6 +67,8 @@ def object_path(kind: str, namespace: str, name: str) -> str:
 def collection_path(kind: str, namespace: str) -> str:
     if kind == "Event":
         return f"/api/v1/namespaces/{quote(namespace)}/events"
+    if kind == "events.k8s.io/Event":
+        return f"/apis/{EVENTS_API}/namespaces/{quote(namespace)}/events"
     return f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURALS[kind]}"
 
 
@@ -90,10 +97,39 @@ def event_body(write: RecordEvent, at: datetime) -> dict[str, Any]:
     }
 
 
+def _reference(ref: ObjectRef) -> dict[str, Any]:
+    out: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": ref.kind, "namespace": ref.namespace,
+                           "name": ref.name}
+    if ref.uid:
+        out["uid"] = ref.uid
+    return out
+
+
+def report_body(write: ReportEvent, at: datetime, instance: str) -> dict[str, Any]:
+    """The events.k8s.io/v1 Event of ``write`` (core/v1 readers — ``kubectl describe`` — see ``regarding`` as
+    ``involvedObject`` and ``note`` as ``message``)."""
+    body: dict[str, Any] = {
+        "apiVersion": EVENTS_API,
+        "kind": "Event",
+        "metadata": {"name": write.event, "namespace": write.namespace},
+        "eventTime": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": CONTROLLER,
+        "reportingInstance": (instance or COMPONENT)[:128],
+        "action": write.verb[:128],
+        "reason": write.reason[:128],
+        "type": write.type,
+        "note": write.note,
+        "regarding": _reference(ObjectRef(kind=write.kind, namespace=write.namespace, name=write.name, uid=write.uid)),
+    }
+    if write.related is not None:
+        body["related"] = _reference(write.related)
+    return body
+
+
 class Applier:
     def __init__(self, api: Any, cache: Cache | None, *, log: Callable[..., None], metrics: Metrics | None = None,
                  elector: Elector | None = None, clock: Callable[[], datetime] | None = None,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, instance: str = ""):
         self.api = api
         self.cache = cache
         self.log = log
@@ -101,6 +137,7 @@ class Applier:
         self.elector = elector
         self.clock = clock
         self.timeout = timeout
+        self.instance = instance  # reportingInstance of the Events it reports (this replica)
         self._lock = threading.Lock()
         self.counts: dict[str, int] = {}
 
@@ -128,9 +165,10 @@ class Applier:
             path = object_path(write.kind, write.namespace, write.name) + "/status"
             answer = request(self.api, "PATCH", path, body={"status": write.status},
                              content_type="application/merge-patch+json", timeout=self.timeout)
+            entry = decode_entry(write.kind, answer)
             if self.cache is not None:
-                self.cache.upsert(decode_entry(write.kind, answer), notify=echo)
-            return Outcome(write, OK)
+                self.cache.upsert(entry, notify=echo)
+            return Outcome(write, OK, answer=entry.record)
         if isinstance(write, Create):
             try:
                 answer = request(self.api, "POST", collection_path(write.kind, write.namespace), body=write.body,
@@ -139,9 +177,12 @@ class Applier:
                 if exc.status == 409:
                     return Outcome(write, EXISTS, exc.message)
                 raise
-            if self.cache is not None and write.kind in PLURALS:
-                self.cache.upsert(decode_entry(write.kind, answer), notify=True)
-            return Outcome(write, OK)
+            if write.kind not in PLURALS:
+                return Outcome(write, OK)
+            entry = decode_entry(write.kind, answer)
+            if self.cache is not None:
+                self.cache.upsert(entry, notify=True)
+            return Outcome(write, OK, answer=entry.record)
         if isinstance(write, RecordEvent):
             body = event_body(write, at)
             try:
@@ -152,12 +193,22 @@ class Applier:
                     return Outcome(write, EXISTS, "already recorded")
                 raise
             return Outcome(write, OK)
+        if isinstance(write, ReportEvent):
+            try:
+                request(self.api, "POST", collection_path("events.k8s.io/Event", write.namespace),
+                        body=report_body(write, at, self.instance), timeout=self.timeout)
+            except ApiError as exc:
+                if exc.status == 409:
+                    return Outcome(write, EXISTS, "already reported")
+                raise
+            return Outcome(write, OK)
         return Outcome(write, ERROR, f"unknown write {type(write).__name__}")
 
     def _failed(self, write: AnyWrite, exc: ApiError) -> Outcome:
         if self.metrics is not None:
-            verb = {"PatchStatus": "patch", "Create": "create", "RecordEvent": "create"}[type(write).__name__]
-            resource = "events" if isinstance(write, RecordEvent) else PLURALS.get(write.kind, write.kind.lower())
+            verb = "patch" if isinstance(write, PatchStatus) else "create"
+            events = isinstance(write, (RecordEvent, ReportEvent))
+            resource = "events" if events else PLURALS.get(write.kind, write.kind.lower())
             self.metrics.count_api_error(verb, resource, exc.reason or str(exc.status))
         if exc.status == 404 and isinstance(write, PatchStatus):
             return Outcome(write, GONE, exc.message)

@@ -11,12 +11,15 @@ one key, one evaluation.
 
 Nothing is written before every kind has been listed once. With ``--manage-leases`` the ledger keeper's writes
 (``ledger(snapshot, at)``, reconciler/ledger.py) are computed with the status writes of each batch; the seam is
-``Reconciler.ledger``."""
+``Reconciler.ledger``. The ledger's writes that were made are told as events.k8s.io/v1 Events
+(reconciler/events.py) right after them, best effort: an Event that cannot be written is logged and counted,
+never retried and never holds up a write."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -32,8 +35,9 @@ from ..errors import UserError
 from ..model import Snapshot
 from ..timeutil import now_utc
 from .actions import AnyWrite, Create, RecordEvent
-from .apply import Applier, Outcome
+from .apply import OK, Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
+from .events import ledger_events
 from .ledger import apply_writes
 from .queue import WorkQueue
 from .status import (
@@ -243,8 +247,9 @@ class Reconciler:
         self.cache = Cache(on_change=self._on_change)
         self._make_api = make_api
         self.api = make_api()
+        instance = getattr(elector, "identity", None) or f"{socket.gethostname()}_{os.getpid()}"
         self.applier = Applier(self.api, self.cache, log=self.log, metrics=self.metrics, elector=elector,
-                               timeout=settings.request_timeout)
+                               timeout=settings.request_timeout, instance=str(instance))
         self.informers: list[Informer] = []
         self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
         self.batches = 0
@@ -358,6 +363,7 @@ class Reconciler:
         """``ordered`` one after the other (the ledger's writes may depend on each other), then
         ``independent`` (one status write per object) on WRITERS threads."""
         outcomes = self._in_order(ordered, at)
+        self._report(outcomes, at)
         if len(independent) > 1:
             outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
         else:
@@ -396,6 +402,21 @@ class Reconciler:
                     self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
                     os.kill(os.getpid(), signal.SIGKILL)
         return outcomes
+
+    def _report(self, outcomes: list[Outcome], at: datetime) -> None:
+        """The Events of the ledger's writes that were made (``ok``: not ``exists``/``gone``/failed/skipped),
+        best effort: their outcomes are logged and counted but not returned, so an Event that fails is never
+        retried and never makes the batch fail (a resync would not say it again either: its write is done)."""
+        done = [(o.write, o.answer) for o in outcomes if o.outcome == OK]
+        if not done:
+            return
+        try:
+            events = ledger_events(done, self.cache.view()[0])
+        except Exception as exc:  # a bug here must not touch the ledger
+            self.log("events failed", level="error", error=f"{type(exc).__name__}: {exc}")
+            return
+        for event in events:
+            self.applier.apply(event, at)
 
     def process(self, keys: list[ObjKey]) -> None:
         """Evaluate and write the objects of a batch; groups in it (a flavor, a namespace, everything) are

@@ -25,6 +25,7 @@ import msgspec
 from ..errors import UserError
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
 from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
+from ..timeutil import parse_time, rfc3339
 from . import Source
 from .files import _Collector, gc_paused
 
@@ -533,27 +534,42 @@ def delete_leases(source: Source, leases: Iterable[GPULease],
     return deleted, gone, changed
 
 
-def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20) -> list[dict]:
+def recent_events(source: Source, namespace: str, kind: str, name: str, limit: int = 20, *, uid: str = "") -> list[dict]:
     """Events about one object, newest last (for ``explain``). Failing to read them is not fatal: returns
-    an empty list (events are a courtesy, and many users may not list them)."""
+    an empty list (events are a courtesy, and many users may not list them).
+
+    Read through core/v1, which also serves the events.k8s.io/v1 Events (the reconciler's ledger decisions:
+    ``regarding`` is ``involvedObject`` there, ``note`` is ``message``, ``eventTime`` their time). With ``uid``,
+    Events naming another uid — an earlier object of the same name — are left out, as ``kubectl describe``
+    does; Events that name no uid are kept."""
     try:
         cluster = Cluster(source)
         selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         body = cluster.get(EVENTS.path(namespace), [("fieldSelector", selector)])
     except ClusterError:
         return []
-    events = msgspec.json.decode(body).get("items") or []
+    events = [e for e in msgspec.json.decode(body).get("items") or []
+              if not uid or (e.get("involvedObject") or {}).get("uid", "") in ("", uid)]
 
     def when(event: dict) -> str:
-        return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+        series = event.get("series") or {}
+        return (event.get("lastTimestamp") or series.get("lastObservedTime") or event.get("eventTime")
+                or event.get("firstTimestamp") or "")
 
-    events.sort(key=when)
+    def instant(event: dict) -> tuple[int, str]:
+        """(0, the time in seconds) — eventTime has microseconds, lastTimestamp none — or (-1, the text)."""
+        try:
+            return 0, rfc3339(parse_time(when(event)))
+        except ValueError:
+            return -1, when(event)
+
+    events.sort(key=instant)
     return [
         {
             "type": e.get("type", ""),
             "reason": e.get("reason", ""),
             "message": _one_line(e.get("message", "")),
-            "at": when(e),
+            "at": instant(e)[1],
             "count": e.get("count") or 1,
         }
         for e in events[-limit:]

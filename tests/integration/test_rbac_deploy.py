@@ -15,11 +15,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
+from kubectl_runs.reconciler.actions import ReportEvent
+from kubectl_runs.reconciler.apply import report_body
 from kubectl_runs.reconciler.leader import LeaderElector
 from kubectl_runs.sources import Source
 from kubectl_runs.sources.cluster import _api_client
@@ -129,7 +132,8 @@ def test_reconciler_can_i(cluster, deployed):
         assert not yes("update", f"{plural}.jobtree.dev", "rai-sys", "--subresource=status"), plural
     assert not yes("patch", "gpuleases.jobtree.dev", "rai-sys", "--subresource=status")  # the ledger's only
     assert yes("list", "nodes", None) and not yes("patch", "nodes", None)
-    assert yes("create", "events") and not yes("delete", "events")
+    assert yes("create", "events") and not yes("delete", "events") and not yes("patch", "events")
+    assert not yes("create", "events.events.k8s.io")  # the ledger keeper's Events: overlays/manage-leases
     assert yes("get", "leases.coordination.k8s.io/kubectl-runs-reconciler", NS)
     assert yes("update", "leases.coordination.k8s.io/kubectl-runs-reconciler", NS)
     assert yes("create", "leases.coordination.k8s.io", NS)
@@ -213,6 +217,14 @@ def test_manage_leases_overlay_adds_exactly_the_ledger_writes(cluster, deployed)
         assert status == 201, body
         assert sa("PATCH", obj_path(lease, "gpuleases") + "/status", same_status(lease), MERGE)[0] == 200
         assert can_i(cluster, SA, "patch", "gpuleases.jobtree.dev", "rai-sys", "--subresource=status")
+        # an events.k8s.io/v1 Event about a decision, as the reconciler sends it (apply.report_body)
+        event = report_body(ReportEvent(kind="GPULease", namespace=ns, name=lease["metadata"]["name"],
+                                        uid=lease["metadata"]["uid"], event="rbac-probe.0", reason="Minted",
+                                        verb="Mint", note="rbac test"), datetime.now(UTC), "rbac-test")
+        status, body = sa("POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events?dryRun=All", event)
+        assert status == 201, body
+        assert can_i(cluster, SA, "create", "events.events.k8s.io", ns)
+        assert not can_i(cluster, SA, "patch", "events.events.k8s.io", ns)
         # still no spec writes, no deletes, no runs or budgets created
         assert sa("PATCH", obj_path(lease, "gpuleases"), {"spec": lease["spec"]}, MERGE)[0] == 403
         assert sa("PUT", obj_path(lease, "gpuleases"), lease)[0] == 403

@@ -146,7 +146,7 @@ def test_live_explain_asks_the_cluster_for_the_runs_events(capsys, monkeypatch):
     asked = []
     monkeypatch.setattr(cluster, "load_cluster", lambda source: snapshot(*FLEET))
 
-    def recent_events(source, namespace, kind, name):
+    def recent_events(source, namespace, kind, name, *, uid=""):
         asked.append((namespace, kind, name))
         return [{"type": "Normal", "reason": "Planned", "message": "waiting", "at": AT, "count": 1}]
 

@@ -129,3 +129,37 @@ def test_garbage_kubeconfig_is_one_line_naming_the_file(tmp_path, data, expected
     with pytest.raises(KubeconfigError) as caught:
         Cluster(Source(kubeconfig=str(config)))
     assert str(caught.value) == f"kubeconfig {config}: {expected}"
+
+
+def test_recent_events_keep_this_objects_events_in_time_order_events_k8s_io_ones_included(monkeypatch):
+    """core/v1 serves both kinds of Events: a core one (lastTimestamp, count) and an events.k8s.io/v1 one seen
+    through core/v1 (eventTime with microseconds, no count). Ordered by instant, times in seconds; an Event of an
+    earlier run of the same name (another uid) is left out, one naming no uid is kept."""
+    from kubectl_runs.sources import cluster as module
+
+    def event(reason, uid, **times):
+        return {"reason": reason, "type": "Normal", "message": f"{reason}\nsecond line",
+                "involvedObject": {"kind": "Run", "name": "job", **({"uid": uid} if uid is not None else {})}, **times}
+
+    items = [event("Old", "uid-0", lastTimestamp="2025-11-20T09:00:00Z", count=2),
+             event("Preempted", "uid-1", eventTime="2025-11-20T11:00:00.123456Z"),
+             event("Admitted", "uid-1", eventTime="2025-11-20T10:00:00.000001Z"),
+             event("Planned", None, lastTimestamp="2025-11-20T10:30:00Z", count=3)]
+    asked = []
+
+    class Stub:
+        def __init__(self, source):
+            pass
+
+        def get(self, path, query=None):
+            asked.append((path, dict(query or [])))
+            return json.dumps({"items": items}).encode()
+
+    monkeypatch.setattr(module, "Cluster", Stub)
+    got = module.recent_events(Source(), "team", "Run", "job", uid="uid-1")
+    assert asked == [("/api/v1/namespaces/team/events", {"fieldSelector": "involvedObject.kind=Run,involvedObject.name=job"})]
+    assert [(e["reason"], e["at"], e["count"]) for e in got] == [
+        ("Admitted", "2025-11-20T10:00:00Z", 1), ("Planned", "2025-11-20T10:30:00Z", 3),
+        ("Preempted", "2025-11-20T11:00:00Z", 1)]
+    assert got[0]["message"] == "Admitted second line"
+    assert len(module.recent_events(Source(), "team", "Run", "job")) == 4  # no uid: every Event of the name

@@ -101,7 +101,9 @@ def test_base_rbac_is_least_privilege():
     # nothing that can change a spec or make or delete an object of the four kinds
     assert not {v for _, g, r, v, _ in rules if g == "jobtree.dev" and "/" not in r} - {"get", "list", "watch"}
     assert {(g, r, v) for ns, g, r, v, _ in rules if r == "nodes"} == {("", "nodes", v) for v in ("get", "list", "watch")}
-    assert {v for _, _, r, v, _ in rules if r == "events"} == {"create", "patch"}
+    # core/v1 Events (InvalidObject warnings): created, never changed (deterministic names; 409 = already said);
+    # the ledger keeper's events.k8s.io/v1 Events come with its overlay
+    assert {(g, v) for _, g, r, v, _ in rules if r == "events"} == {("", "create")}
     leases = [(ns, v, names) for ns, g, r, v, names in rules if g == "coordination.k8s.io"]
     assert sorted(leases) == sorted([(NS, "create", ()), (NS, "get", ("kubectl-runs-reconciler",)),
                                      (NS, "update", ("kubectl-runs-reconciler",))])
@@ -147,7 +149,8 @@ def test_manage_leases_overlay_adds_the_flag_and_only_the_ledger_rights():
     extra = set(granted(objs, SA)) - set(granted(base, SA))
     assert {(g, r, v) for _, g, r, v, _ in extra} == {
         ("jobtree.dev", "gpuleases", "create"), ("jobtree.dev", "reservations", "create"),
-        ("jobtree.dev", "gpuleases/status", "get"), ("jobtree.dev", "gpuleases/status", "patch")}
+        ("jobtree.dev", "gpuleases/status", "get"), ("jobtree.dev", "gpuleases/status", "patch"),
+        ("events.k8s.io", "events", "create")}
     assert {o["metadata"]["name"] for o in find(objs, "CustomResourceDefinition")} == {
         f"{p}.jobtree.dev" for p in JOBTREE}
 

@@ -46,7 +46,9 @@ from reconciler_harness import (
 NS = "team"
 OWNER = "org:team"
 FLAVOR = "H100"
-WATCH = ("--manage-leases", "--no-leader-elect", "--metrics-addr", "0")
+# --eta-grace 0s: these scenarios are about runs that overran their reported ETA, which round 3's grace would
+# otherwise wait for (test_preemption_live.py and the unit tests cover the grace itself)
+WATCH = ("--manage-leases", "--no-leader-elect", "--metrics-addr", "0", "--eta-grace", "0s")
 
 
 def grouped_run(name: str, namespace: str = NS, *, flavor: str = FLAVOR, gpus: int = 8, group: int = 8) -> dict:

@@ -97,9 +97,12 @@ def test_base_rbac_is_least_privilege():
     assert jobtree == (
         {(k, v) for k in JOBTREE for v in ("get", "list", "watch")}
         | {(f"{k}/status", v) for k in ("budgets", "runs", "reservations") for v in ("get", "patch")}
+        | {("reservations", "preempt")}  # what the preemption policy checks before its Reservation status patches
     )
-    # nothing that can change a spec or make or delete an object of the four kinds
-    assert not {v for _, g, r, v, _ in rules if g == "jobtree.dev" and "/" not in r} - {"get", "list", "watch"}
+    # nothing that can change a spec or make or delete an object of the four kinds (`preempt` is no API verb: it
+    # grants no request, the admission policy only reads it)
+    assert not {v for _, g, r, v, _ in rules if g == "jobtree.dev" and "/" not in r} - {"get", "list", "watch",
+                                                                                       "preempt"}
     assert {(g, r, v) for ns, g, r, v, _ in rules if r == "nodes"} == {("", "nodes", v) for v in ("get", "list", "watch")}
     # core/v1 Events (InvalidObject warnings): created, never changed (deterministic names; 409 = already said);
     # the ledger keeper's events.k8s.io/v1 Events come with its overlay
@@ -150,7 +153,7 @@ def test_manage_leases_overlay_adds_the_flag_and_only_the_ledger_rights():
     assert {(g, r, v) for _, g, r, v, _ in extra} == {
         ("jobtree.dev", "gpuleases", "create"), ("jobtree.dev", "reservations", "create"),
         ("jobtree.dev", "gpuleases/status", "get"), ("jobtree.dev", "gpuleases/status", "patch"),
-        ("events.k8s.io", "events", "create")}
+        ("events.k8s.io", "events", "create"), ("jobtree.dev", "gpuleases", "preempt")}
     assert {o["metadata"]["name"] for o in find(objs, "CustomResourceDefinition")} == {
         f"{p}.jobtree.dev" for p in JOBTREE}
 
@@ -239,8 +242,106 @@ def test_lease_archive_overlay_is_a_nightly_cronjob_onto_a_pvc_with_only_read_an
     rights = {(g, r, v) for _, g, r, v, _ in granted(objs, ARCHIVER)}
     assert rights == {("", "nodes", "get"), ("", "nodes", "list"),
                       *{("jobtree.dev", k, v) for k in JOBTREE for v in ("get", "list")},
-                      ("jobtree.dev", "gpuleases", "delete")}
+                      ("jobtree.dev", "gpuleases", "delete"), ("jobtree.dev", "gpuleases", "preempt")}
 
 
 def test_the_image_has_the_archive_extra():
     assert re.search(r'pip install [^\n]*"\.\[archive\]"', (DEPLOY / "Dockerfile").read_text())
+
+
+# --- who may preempt: the ValidatingAdmissionPolicy (tests/integration/test_preemption_policy.py applies it) ----
+
+GUARDED = ("reservations", "gpuleases")
+POLICY = "kubectl-runs-preemption"
+WRITES = ("create", "update", "patch", "delete", "deletecollection", "*")
+WITH_RECONCILER = (DEPLOY, DEPLOY / "overlays" / "manage-leases", DEPLOY / "overlays" / "prometheus-operator")
+
+
+@pytest.mark.parametrize("path", WITH_RECONCILER, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_deployment_of_the_reconciler_ships_the_preemption_policy_bound_to_deny(path):
+    objs = render(path)
+    policy = one(objs, "ValidatingAdmissionPolicy", POLICY)
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", POLICY)
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]  # cluster-scoped
+    assert binding["spec"]["policyName"] == POLICY
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "paramRef" not in binding["spec"] and "matchResources" not in binding["spec"]  # everywhere
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == ["jobtree.dev"] and rule["apiVersions"] == ["*"]
+    assert sorted(rule["operations"]) == ["CREATE", "DELETE", "UPDATE"]
+    assert sorted(rule["resources"]) == sorted([*GUARDED, *(f"{r}/status" for r in GUARDED)])
+    assert "namespaceSelector" not in spec["matchConstraints"] and "objectSelector" not in spec["matchConstraints"]
+    (check,) = spec["validations"]
+    expr = " ".join(check["expression"].split())
+    assert expr == ("authorizer.group('jobtree.dev').resource(request.resource.resource)"
+                    ".namespace(request.namespace) .check('preempt').allowed()")
+    assert check["reason"] == "Forbidden"
+    for text in (check["message"], check["messageExpression"]):
+        assert "only the kubectl-runs reconciler and cluster admins may create" in text
+        assert "ask an admin" in text
+    assert "let the reconciler create one" in check["messageExpression"]
+
+
+def test_the_policy_exempts_only_namespace_deletion_and_garbage_collection():
+    """The exemptions are kube-controller-manager's: DELETE by the namespace controller and the garbage collector,
+    UPDATE (metadata: ownerReferences, finalizers) of the objects themselves by the garbage collector."""
+    policy = one(render(DEPLOY), "ValidatingAdmissionPolicy", POLICY)
+    (cond,) = policy["spec"]["matchConditions"]
+    expr = cond["expression"]
+    names = set(re.findall(r"'(system:[^']+)'", expr))
+    assert names == {"system:serviceaccount:kube-system:namespace-controller",
+                     "system:serviceaccount:kube-system:generic-garbage-collector",
+                     "system:kube-controller-manager"}
+    assert set(re.findall(r"request\.operation == '(\w+)'", expr)) == {"DELETE", "UPDATE"}
+    assert "CREATE" not in expr
+    update = expr[expr.index("'UPDATE'"):]
+    assert "namespace-controller" not in update and "subResource" in update  # the GC's UPDATEs: not of /status
+
+
+def preempters(objs) -> dict[str, set[str]]:
+    """ServiceAccount -> the guarded resources it holds `preempt` on."""
+    out: dict[str, set[str]] = {}
+    for binding in objs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        for s in binding["subjects"]:
+            if s["kind"] == "ServiceAccount":
+                who = f"{s['namespace']}/{s['name']}"
+                out.setdefault(who, set()).update(
+                    r for ns, g, r, v, _ in granted(objs, who) if g == "jobtree.dev" and v == "preempt")
+    return out
+
+
+@pytest.mark.parametrize("path", [*WITH_RECONCILER, DEPLOY / "overlays" / "lease-archive"],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_policy_lets_every_writer_deploy_ships_through_and_no_one_else_gets_preempt(path):
+    """Whoever deploy/ lets write a Reservation or a GPULease (or its status) holds `preempt` on it, so the policy
+    never refuses our own components; and `preempt` goes to nobody who cannot write that resource."""
+    objs = render(path)
+    holders = preempters(objs)
+    for who, preempt in holders.items():
+        rules = granted(objs, who)
+        writes = {r.split("/")[0] for _, g, r, v, _ in rules
+                  if g == "jobtree.dev" and r.split("/")[0] in GUARDED and v in WRITES}
+        assert writes == preempt, (who, writes, preempt)
+        assert preempt <= set(GUARDED)
+    if path in WITH_RECONCILER:
+        assert holders[SA] >= {"reservations"}
+
+
+def test_the_preempt_example_grants_only_the_verb():
+    """deploy/rbac-preempt.example.yaml (docs/admin.md#who-may-preempt): the ClusterRole an admin binds to whom
+    may write Reservations by hand: preempt and the writes on reservations, nothing on gpuleases."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "rbac-preempt.example.yaml").read_text()) if d]
+    role = one(docs, "ClusterRole", "kubectl-runs-preempter")
+    verbs = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+             for v in rule["verbs"]}
+    assert ("jobtree.dev", "reservations", "preempt") in verbs
+    assert {r for _, r, _ in verbs} <= {"reservations"}
+    binding = one(docs, "RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "kubectl-runs-preempter"}
+    assert binding["metadata"].get("namespace")

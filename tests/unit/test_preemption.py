@@ -283,3 +283,36 @@ def test_example_fleet_at_pretrain_32_earliest_start_starts_it_in_that_pass():
                 if any(s.split("#")[0] in cordoned for s in snap.leases_by_key[a.lease].spec.slice.slots)]
     assert all(v.verified for v in verify_all(after))
     assert plan_ledger(after, when) == []
+
+
+# --- the command line -------------------------------------------------------------------------------------------
+
+
+def test_reconcile_at_without_once_is_a_usage_error(capsys):
+    """Before round 3 ``reconcile --at TIME`` was accepted and silently ignored: a watching reconciler runs on the
+    wall clock, so --at is refused (exit 2, one line) unless --once or --dry-run decides as of that instant."""
+    from builders import run_cli
+
+    code, out, err = run_cli(capsys, "reconcile", "--at", "2025-11-22T00:00:00Z", "--no-leader-elect")
+    assert code == 2 and out == ""
+    first, *rest = err.strip().splitlines()
+    assert first.startswith("error: --at") and "--once" in first and "Traceback" not in err
+    assert rest == ["See 'kubectl runs reconcile --help' for usage."]  # kubectl's usage-error hint
+
+
+def test_reconcile_refuses_a_negative_or_malformed_window(capsys):
+    from builders import run_cli
+
+    for flag, value in (("--min-run-time", "-1h"), ("--victim-protection", "soon"), ("--eta-grace", "5x")):
+        code, _out, err = run_cli(capsys, "reconcile", "--once", flag, value)
+        assert code == 2 and flag in err, (flag, err)
+
+
+def test_windows_reach_the_ledger_from_the_flags():
+    """--min-run-time 0s etc. become the ledger's LedgerOptions (the protection windows)."""
+    from kubectl_runs.cli.reconcile import _ledger
+
+    planner = _ledger({"min_run_time": 0.0, "victim_protection": 60.0, "eta_grace": 1.0})
+    options = planner.keywords["options"]
+    assert (options.min_run_time, options.victim_protection, options.eta_grace) == (
+        timedelta(0), timedelta(minutes=1), timedelta(seconds=1))

@@ -125,7 +125,7 @@ FLEETS: dict[str, Fleet] = {
             Team("speech", "org:ai:speech", {"H100-80GB": 24, "A100-80GB": 8}, lends=True, weight=0.8),
             Team("eval", "org:ai:eval", {"H100-80GB": 16, "A100-80GB": 16}, weight=1.0),
         ),
-        arrivals_per_day=22.0,
+        arrivals_per_day=25.0,
     ),
     # 48 GPUs, 40 schedulable, one flavor in two domains; envelopes 56: for the tests (a day or two in seconds).
     "small": Fleet(
@@ -771,7 +771,7 @@ def render(result: Result) -> str:
     closures = ", ".join(f"{k} {v}" for k, v in r.closures.items()) or "none"
     rows = [
         ("fleet", f"{r.fleet}: {r.capacity_gpus} schedulable GPUs; seed {r.seed}; {r.days:g} days of arrivals "
-                  f"+ up to {r.drain_days:g} days of drain; offered load {r.offered_load:.2f}× capacity"),
+                  f"+ up to {r.drain_days:g} days of drain; offered load (start widths × work) {r.offered_load:.2f}× capacity"),
         ("ledger options", options),
         ("runs arrived / started / finished", f"{r.runs_arrived} / {r.runs_started} / {r.runs_finished}"),
         ("lottery preemptions (RandomPreempt; activation × run)",

@@ -45,7 +45,7 @@ does — up to ``min_gap`` late). Why: on today's keeper an activation can free 
 the reserving run makes a new Reservation that falls due ``settle_delay`` (10 s) later, again and again for
 hours (see bench/RESULTS.md, "Fairness simulation"); stepping every 10 s through that costs minutes per
 simulated hour. With ``min_gap`` such a loop turns once per ``min_gap``: the *number* of such activations
-scales with it (``--min-gap 60s`` gives about five times as many), the waits and utilization barely move.
+scales with it (``--min-gap 60s`` gives four to six times as many), the waits and utilization barely move.
 Each step at instant ``t``: the arrivals and completions
 due at ``t``; ``writes = plan_ledger(snapshot, t, options)``; ``snapshot = apply_writes(snapshot, writes)``; then
 the driver's bookkeeping (which runs started or stopped running, their ETAs). Arrivals stop after ``days``;

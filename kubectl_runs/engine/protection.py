@@ -33,7 +33,7 @@ class Windows:
     """The protection windows (``kubectl runs reconcile --min-run-time / --victim-protection / --eta-grace``)."""
 
     min_run_time: timedelta = timedelta(hours=1)
-    victim_protection: timedelta = timedelta(hours=6)
+    victim_protection: timedelta = timedelta(hours=1)
     eta_grace: timedelta = timedelta(minutes=15)
 
     def __post_init__(self) -> None:

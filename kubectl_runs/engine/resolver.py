@@ -30,7 +30,7 @@ records (``closureReason``, ``preemption``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -177,13 +177,17 @@ def resolve(
     at: datetime,
     *,
     protected: Mapping[str, ProtectedEntry] | None = None,
+    admits: Callable[[Snapshot], bool] | None = None,
 ) -> Resolution:
     """The decision for ``reservation`` at ``at``: the shortest prefix of the remedies, in the order of API.md §3
     (ReclaimUnfunded, DropSpare, Shrink, then the lottery's draw order), after which the reserving Run starts
     by admission's own gate (``plan.startable``: its groups place by the same packing, and its funding covers
     them); or, when even every candidate would not do it, nothing at all (``failure`` says why). Only
     candidates that free slots the Run can use count (schedulable nodes of the scope); Runs in ``protected``
-    (engine/protection.py) are left out of the conflict set. GPUs throughout; pure."""
+    (engine/protection.py) are left out of the conflict set. ``admits``: the caller's admission itself, asked
+last about a snapshot without the candidate leases (the reconciler's concrete placement, which also keeps a
+group's spare next to the slots the group already holds); by default the counting gate alone. GPUs
+throughout; pure."""
     protected = protected or {}
     deficit = scope_deficit(snapshot, reservation, at)
     seed = derive_seed(reservation.key, at)
@@ -240,15 +244,24 @@ def resolve(
         return after_steps(range(k))
 
     def fits(indices) -> bool:
-        return after_steps(indices).starts
+        if not after_steps(indices).starts:
+            return False
+        if admits is None:
+            return True
+        gone = {lease.key for i in indices for lease in steps[i][1]}
+        return admits(dataclasses.replace(snapshot, leases=tuple(x for x in snapshot.leases if x.key not in gone)))
 
     everything = after(len(steps))
     if not everything.starts:
         return Resolution(**decision, actions=(), failure=_why(everything), detail=_failure_detail(everything))
-    lo, hi = 0, len(steps)  # after(hi) starts; find the least such prefix (starting is monotone in the prefix)
+    if not fits(range(len(steps))):
+        return Resolution(**decision, actions=(), failure=NOT_PLACEABLE,
+                          detail="with every candidate taken its groups would still not place where they must "
+                                 "(a group's spares next to the slots it holds)")
+    lo, hi = 0, len(steps)  # fits(hi); find the least such prefix (starting is monotone in the prefix)
     while lo < hi:
         mid = (lo + hi) // 2
-        if after(mid).starts:
+        if fits(range(mid)):
             hi = mid
         else:
             lo = mid + 1

@@ -234,6 +234,7 @@ class _Pass:
         self._book: tuple | None = None
         self._waiting: tuple | None = None  # (view, keys of runs with a Pending Reservation)
         self.victims: dict[str, set[str]] = {}  # run -> slots it lost to an activation at this instant
+        self.serving: str | None = None  # the run an activation is admitting right now
 
     # --- plumbing -------------------------------------------------------------------------------------------
 
@@ -338,8 +339,14 @@ class _Pass:
             if status.closed and status.ended == self.at and status.closure_reason in _TAKEN:
                 self.victims.setdefault(lease.run_key, set()).update(lease.spec.slice.slots)
         run = self.snap.runs_by_key.get(reservation.spec.run_ref.key)
-        if run is not None and _live(run) and run.key not in self.victims:
-            self._admit_run(run.key)
+        if run is not None and _live(run):
+            # even when an earlier activation of this instant took from it: the resolver counted the slots it lost
+            # then (and no one used) as free for it, so its own Reservation may give them back to it
+            self.serving = run.key
+            try:
+                self._admit_run(run.key)
+            finally:
+                self.serving = None
 
     def _record_on_runs(self, reservation: Reservation) -> None:
         activation = reservation.status.activation
@@ -390,11 +397,12 @@ class _Pass:
             when = reservation.spec.earliest_start
             view = _as_of(self.snap, self.at, when)
             shield = protections(self.snap, self.at, self.options.windows)  # this pass's earlier decisions count
-            resolution = resolve(view, reservation, when, protected=shield)
+            admits = self._admits(run.key)
+            resolution = resolve(view, reservation, when, protected=shield, admits=admits)
             if not resolution.placed:
                 soon = [p for p in shield.values() if p.reason == FINISHING_SOON]
                 rest = {k: p for k, p in shield.items() if p.reason != FINISHING_SOON}
-                if soon and resolve(view, reservation, when, protected=rest).placed:
+                if soon and resolve(view, reservation, when, protected=rest, admits=admits).placed:
                     self._await(reservation, soon)
                     continue
                 self._settle(reservation, FAILED, resolution.failure,
@@ -417,6 +425,19 @@ class _Pass:
             # then the closures: a crash in between is finished from the record by the next pass, never decided
             # again (and the loop sends nothing after a write that failed: each write assumes the ones before)
             self.finish_recorded(self.snap.reservations_by_key[reservation.key])
+
+    def _admits(self, run_key: str):
+        """Admission itself, asked about a snapshot without some candidates' leases: would this pass mint the
+        Run's start width there (its concrete placement and payers, not only the counts)?"""
+
+        def admits(view: Snapshot) -> bool:
+            trial = _Pass(view, self.at, self.options)
+            trial.serving = run_key
+            run = view.runs_by_key.get(run_key)
+            return run is not None and trial._admit_one(run) and not _below_start(
+                run, _held(trial.snap, run, self.at))
+
+        return admits
 
     def _await(self, reservation: Reservation, soon: list) -> None:
         """Due, but the GPUs it needs are held by Runs that report they finish within the grace: it stays
@@ -764,7 +785,8 @@ class _Minting:
         for lease in snap.leases:
             if not lease.status.closed or (lease.status.ended is not None and lease.status.ended > self.at):
                 used.update(lease.spec.slice.slots)
-        used.update(owner.victims.get(run.key, ()))  # what it lost in this pass went to the Run that took it
+        if owner.serving != run.key:  # what it lost in this pass went to the Run that took it
+            used.update(owner.victims.get(run.key, ()))
         self.free: dict[str, list[int]] = {}
         for node in self.nodes:
             ordinals = [i for i in range(node.gpus) if f"{node.name}#{i}" not in used]

@@ -177,13 +177,13 @@ def test_a_run_started_by_an_activation_is_protected_for_the_minimum_run_time():
 
 
 def test_no_run_is_a_lottery_victim_twice_within_the_window():
-    """a lost a lease to a lottery 2 h ago (victim protection 6 h): it is protected and the record says so;
-    at 7 h it is a candidate again."""
-    lost = closed_by_lottery("a-g0-old", "a", "n1", DUE - timedelta(hours=2))
+    """a lost a lease to a lottery 30 minutes ago (victim protection 1 h): it is protected and the record says
+    so; 35 minutes later it is a candidate again."""
+    lost = closed_by_lottery("a-g0-old", "a", "n1", DUE - timedelta(minutes=30))
     snap = fleet(lost, group_gpus=8)
     shield = protections(snap, DUE, Windows())
     assert shield["team/a"].reason == RECENT_VICTIM
-    assert "team/a" not in protections(snap, DUE + timedelta(hours=5), Windows())
+    assert "team/a" not in protections(snap, DUE + timedelta(minutes=35), Windows())
     writes = plan_ledger(snap, DUE)
     decision = next(w for w in writes if isinstance(w, PatchStatus) and "activation" in w.status)
     assert [p["run"] for p in decision.status["activation"]["protected"]] == ["team/a"]
@@ -192,16 +192,17 @@ def test_no_run_is_a_lottery_victim_twice_within_the_window():
 
 
 def test_a_recent_lottery_victim_gets_no_reservation_so_lotteries_do_not_chain():
-    """b lost its lease to a lottery 1 h ago and is pending again; the fleet is full. Before round 3 it got a
-    Reservation due in 15 minutes and set off the next lottery; now it waits for free GPUs."""
-    lost = closed_by_lottery("v-g0-old", "v", "n2", DUE - timedelta(hours=1))
+    """v lost its lease to a lottery 20 minutes ago and is pending again; the fleet is full. Before round 3 it got
+    a Reservation due in 15 minutes and set off the next lottery; now it waits for free GPUs until its victim
+    protection (1 h) ends."""
+    lost = closed_by_lottery("v-g0-old", "v", "n2", DUE - timedelta(minutes=20))
     objects = [node("n1", domain="d1"), node("n2", domain="d1"), TEAM, lost,
                run("v", "team", gpus=8, group_gpus=8, phase=None, created=T0)]
     for name, node_name in (("a", "n1"), ("b", "n2")):
         objects += [run(name, "team", gpus=8, group_gpus=8, created=T0), holding(f"{name}-g0", node_name)]
     writes = plan_ledger(snapshot(*objects), DUE)
     assert not [w for w in writes if isinstance(w, Create) and w.kind == "Reservation"]
-    later = plan_ledger(snapshot(*objects), DUE + timedelta(hours=6))
+    later = plan_ledger(snapshot(*objects), DUE + timedelta(hours=1))
     assert [w.name for w in later if isinstance(w, Create) and w.kind == "Reservation"] == ["v-r1"]
 
 

@@ -48,6 +48,7 @@ from ..engine.plan import (
     Plan,
     plan_run,
 )
+from ..engine.protection import Windows, protections
 from ..engine.reports import envelope_row, plain
 from ..model import Reservation, Run, Snapshot
 from ..timeutil import rfc3339
@@ -495,7 +496,8 @@ def event_name(bad_name: str, uid: str, message: str) -> str:
 def next_change(snapshot: Snapshot, at: datetime) -> datetime | None:
     """The first instant after ``at`` at which something the engine reads changes with no event: an envelope
     window opening or closing, a lease starting or ending, a reported ETA passing, a pending Reservation's
-    earliestStart arriving. The loop looks at everything again then (instead of at the next resync)."""
+    earliestStart arriving, a protection window opening or ending (engine/protection.py). The loop looks at
+    everything again then (instead of at the next resync)."""
     soonest: datetime | None = None
 
     def consider(when: datetime | None) -> None:
@@ -511,10 +513,14 @@ def next_change(snapshot: Snapshot, at: datetime) -> datetime | None:
         consider(lease.spec.start)
         if lease.status.closed:
             consider(lease.status.ended)
+    grace = Windows().eta_grace  # what plan and the remedies in status count (the default windows)
     for run in snapshot.runs:
         eta = run.status.eta
-        if eta is not None:
-            consider(eta.estimated_completion)
+        if eta is not None and eta.estimated_completion is not None:
+            for when in (eta.estimated_completion - grace, eta.estimated_completion, eta.estimated_completion + grace):
+                consider(when)
+    for protection in protections(snapshot, at, Windows()).values():
+        consider(protection.until)  # a Run comes back into the lotteries' conflict sets
     for reservation in snapshot.reservations:
         if reservation.status.state in (None, "Pending"):
             consider(reservation.spec.earliest_start)

@@ -14,7 +14,7 @@ from kubectl_runs.engine.plan import plan_run
 from kubectl_runs.engine.reports import aggregate_row, envelope_row, plain
 from kubectl_runs.engine.usage import budget_usage
 from kubectl_runs.reconciler.actions import PatchStatus, RecordEvent
-from kubectl_runs.reconciler.status import BadObject, Stored, stable_text, status_writes
+from kubectl_runs.reconciler.status import BadObject, Stored, next_change, stable_text, status_writes
 from kubectl_runs.sources.files import load_snapshot
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
@@ -82,12 +82,16 @@ def test_every_status_written_is_in_the_crd_schema(fleet):
 
 
 def test_an_unchanged_fleet_is_not_rewritten_as_the_clock_moves(fleet):
-    """Up to the first instant a fact changes by itself: train-16 reports completion at 2025-11-21T06:00Z; once
-    that has passed its ETA is stale and the forecasts that counted on it change (that is written)."""
+    """Up to the first instant a fact changes by itself: train-16 reports completion at 2025-11-21T06:00Z; from
+    05:45 (its ETA less the 15-minute grace) it is out of pretrain-32-r1's lottery, and once its ETA has passed
+    it is stale and the forecasts that counted on it change (both are written; next_change names each)."""
     first = status_writes(fleet, AT, {})
     stored = stored_after(first)
-    for hours in (0.5, 3, 12, 17.9):
+    for hours in (0.5, 3, 12, 17.7):
         assert status_writes(fleet, AT + timedelta(hours=hours), stored) == [], hours
+    assert next_change(fleet, AT + timedelta(hours=17.7)) == at("2025-11-21T05:45:00Z")
+    assert {(w.kind, w.name) for w in status_writes(fleet, at("2025-11-21T05:46:00Z"), stored)} == {
+        ("Run", "pretrain-32"), ("Run", "elastic-24"), ("Reservation", "pretrain-32-r1")}  # their Lottery remedy
     later = {(w.kind, w.name) for w in status_writes(fleet, at("2025-11-21T06:01:00Z"), stored)}
     assert later == {("Run", "pretrain-32"), ("Run", "elastic-24"), ("Reservation", "pretrain-32-r1")}
 
@@ -224,7 +228,8 @@ def test_a_bad_lease_gets_an_event_only():
 def test_the_next_change_is_the_first_instant_a_fact_changes_by_itself(fleet):
     from kubectl_runs.reconciler.status import next_change
 
-    assert next_change(fleet, AT) == at("2025-11-21T06:00:00Z")  # train-16's reported completion
+    assert next_change(fleet, AT) == at("2025-11-21T05:45:00Z")  # train-16 reports 06:00: its grace starts 05:45
+    assert next_change(fleet, at("2025-11-21T05:45:00Z")) == at("2025-11-21T06:00:00Z")  # its ETA itself
     later = snapshot(budget(envelopes=[envelope(start=at(hours=2), end=at(hours=9))]),
                      lease("l", start=at(hours=5), ended=at(hours=7)))
     assert [next_change(later, at(hours=h)) for h in (1, 2, 5, 7, 9)] == [

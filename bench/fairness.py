@@ -335,7 +335,7 @@ class Result:
     reservations_created: int
     activations: int  # Reservations Activated (a decision recorded)
     activations_took_nothing: int  # Activated with no action
-    activations_failed: int  # Failed (ConflictSetTooSmall): took nothing
+    activations_failed: int  # Failed (NotEnoughToFree, NotPlaceable, NotFunded, NotAuthorized): took nothing
     activations_took: int  # Activated with at least one action: took GPUs from other runs (any kind)
     activations_took_not_started: int  # of those: the reserving run still below its start width after the pass
     activations_preempting: int  # Activated with a Lottery or ReclaimUnfunded action (a preemption proper)

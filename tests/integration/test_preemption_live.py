@@ -13,6 +13,7 @@ instant and first in name order) is Failed ``NotAuthorized`` and takes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -92,6 +93,19 @@ def test_one_pass_at_earliest_start_either_starts_pretrain_32_or_takes_nothing(c
     assert not [k for k in taken if any(s.split("#")[0] in ("gpu-b-04", "gpu-a-04") for s in slots_of[k])]
     verified = plugin(cp, "seeds", "verify", "-A")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    # the status that pass wrote describes the fleet after its own lease writes (before round 3 it described the
+    # fleet before them until the next pass): every Budget's envelopes equal `budgets usage` at the same instant,
+    # and pretrain-32's phase is Running
+    usage = plugin(cp, "budgets", "usage", "-A", "-o", "json", "--at", AT)
+    assert usage.returncode == 0, usage.stderr
+    want = {(e["namespace"], e["budget"], e["envelope"]): (e["usedGPUs"], e["headroomGPUs"], e["unfundedGPUs"])
+            for e in json.loads(usage.stdout)["envelopes"]}
+    have = {(b["metadata"]["namespace"], b["metadata"]["name"], e["name"]): (e["usedGPUs"], e["headroomGPUs"],
+                                                                             e["unfundedGPUs"])
+            for b in every(cp, "budgets") for e in b.get("status", {}).get("envelopes", [])}
+    assert have == want
+    code, pretrain = cp.request("GET", f"{API}/namespaces/rai-sys/runs/pretrain-32")
+    assert code == 200 and pretrain["status"]["phase"] == "Running", pretrain.get("status")
 
 
 def test_a_hand_made_reservation_without_the_mark_is_failed_and_takes_nothing(cp):

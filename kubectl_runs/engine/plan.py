@@ -167,7 +167,9 @@ def choose_reservation(mine: Sequence[Reservation], run: Run, *, pending_only: b
         return None
     named = run.status.pending_reservation
     for r in mine:
-        if named and named in (r.metadata.name, r.key):
+        # the one status names, unless it no longer is pending and only a pending one will do (a Run's status
+        # may still name a Reservation that has since activated, failed or been released)
+        if named and named in (r.metadata.name, r.key) and (not pending_only or r.status.state in (None, "Pending")):
             return r
     pending = [r for r in mine if r.status.state in (None, "Pending")]
     chosen = pending or ([] if pending_only else mine)

@@ -317,3 +317,21 @@ def test_windows_reach_the_ledger_from_the_flags():
     options = planner.keywords["options"]
     assert (options.min_run_time, options.victim_protection, options.eta_grace) == (
         timedelta(0), timedelta(minutes=1), timedelta(seconds=1))
+
+
+def test_a_run_whose_status_names_a_reservation_no_longer_pending_plans_with_its_pending_one():
+    """job's status still names job-r1 (Failed since); job-r2 is its pending Reservation: plan shows job-r2's
+    draw (instant and seed) and status points at job-r2, never at the Reservation that is no longer pending."""
+    from kubectl_runs.engine.plan import plan_run
+    from kubectl_runs.reconciler.status import status_writes
+
+    snap = fleet(group_gpus=8, reservation_kw={"state": "Failed"})
+    job = snap.runs_by_key["team/job"]
+    job = msgspec.structs.replace(job, status=msgspec.structs.replace(job.status, pending_reservation="job-r1"))
+    later = DUE + timedelta(hours=1)
+    snap = snapshot(*snap.nodes, *snap.budgets, *[r for r in snap.runs if r.name != "job"], job, *snap.leases,
+                    *snap.reservations, reservation("job-r2", run_name="job", earliest_start=later))
+    plan = plan_run(snap, job, DUE)
+    assert plan.report.reservation.name == "team/job-r2" and plan.seed == derive_seed("team/job-r2", later)
+    (write,) = [w for w in status_writes(snap, DUE, {}) if w.kind == "Run" and w.name == "job"]
+    assert write.status["pendingReservation"] == "job-r2"

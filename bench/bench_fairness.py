@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arrivals-per-day", type=float, default=None, help="arrival rate (default: the fleet's)")
     parser.add_argument("--drain", type=parse_duration, default=timedelta(days=3),
                         help="at most this much simulated time after the arrivals stop (default 3d)")
-    parser.add_argument("--protection", type=parse_duration, default=timedelta(hours=1),
-                        help="the window in which a second lottery preemption of a run counts (default 1h, the "
+    parser.add_argument("--protection", type=parse_duration, default=timedelta(hours=6),
+                        help="the window in which a second lottery preemption of a run counts (default 6h, the "
                              "reconciler's default --victim-protection)")
     parser.add_argument("--min-gap", type=parse_duration, default=timedelta(minutes=5),
                         help="at least this long between two passes (default 5m; see bench/fairness.py)")

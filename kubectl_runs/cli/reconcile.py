@@ -63,7 +63,7 @@ def leader_namespace(explicit: str | None) -> str:
 @click.option("--identity", metavar="ID", help="This replica's name in the Lease (default: <hostname>_<pid>).")
 @click.option("--min-run-time", default="1h", show_default=True, metavar="DURATION",
               help="With --manage-leases: a Run started through an activation is out of every preemption this long.")
-@click.option("--victim-protection", default="1h", show_default=True, metavar="DURATION",
+@click.option("--victim-protection", default="6h", show_default=True, metavar="DURATION",
               help="With --manage-leases: a Run that lost GPUs to a lottery is out of every lottery this long, and "
                    "gets no Reservation in that time (it starts when GPUs are free).")
 @click.option("--eta-grace", default="15m", show_default=True, metavar="DURATION",

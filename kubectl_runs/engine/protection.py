@@ -33,7 +33,7 @@ class Windows:
     """The protection windows (``kubectl runs reconcile --min-run-time / --victim-protection / --eta-grace``)."""
 
     min_run_time: timedelta = timedelta(hours=1)
-    victim_protection: timedelta = timedelta(hours=1)
+    victim_protection: timedelta = timedelta(hours=6)
     eta_grace: timedelta = timedelta(minutes=15)
 
     def __post_init__(self) -> None:
@@ -58,26 +58,34 @@ def protections(snapshot: Snapshot, at: datetime, windows: Windows) -> dict[str,
     for reservation in snapshot.reservations:
         activation = reservation.status.activation
         if activation is not None and activation.at is not None and reservation.status.state == "Activated":
-            activated.setdefault(reservation.spec.run_ref.key, []).append(activation.at)
-    for lease in snapshot.leases:
+            activated.setdefault(reservation.spec.run_ref.key, []).append(activation.decided_at or activation.at)
+    first_after: dict[tuple[str, datetime], datetime] = {}  # (run, activation) -> its first lease at or after it
+    for lease in sorted(snapshot.leases, key=lambda x: x.key):
         status = lease.status
         if status.closed and status.closure_reason == "RandomPreempt" and status.ended is not None:
             if status.ended <= at:
                 add(Protection(run=lease.run_key, reason=RECENT_VICTIM,
                                until=status.ended + windows.victim_protection,
                                detail=f"lost {lease.key} to a lottery at {rfc3339(status.ended)}"))
-        elif (lease.run_key in activated and lease.open_at(at)
-              and any(lease.spec.start >= when for when in activated[lease.run_key])):
-            add(Protection(run=lease.run_key, reason=ADMITTED_BY_ACTIVATION,
-                           until=lease.spec.start + windows.min_run_time,
-                           detail=f"started through an activation at {rfc3339(lease.spec.start)}"))
+        elif lease.run_key in activated and lease.open_at(at):
+            for when in activated[lease.run_key]:
+                if lease.spec.start >= when:
+                    key = (lease.run_key, when)
+                    first_after[key] = min(first_after.get(key, lease.spec.start), lease.spec.start)
+    for (run_key, _when), start in first_after.items():  # from its first such lease: growth does not renew it
+        add(Protection(run=run_key, reason=ADMITTED_BY_ACTIVATION, until=start + windows.min_run_time,
+                       detail=f"started through an activation at {rfc3339(start)}"))
     for run in snapshot.runs:
         eta = run.status.eta.estimated_completion if run.status.eta is not None else None
         if eta is not None and not run.finished and abs(eta - at) <= windows.eta_grace:
             add(Protection(run=run.key, reason=FINISHING_SOON, until=eta + windows.eta_grace,
                            detail=f"reports its completion at {rfc3339(eta)}"))
+    # AdmittedByActivation first (it keeps a Run out of every remedy, the others out of the lottery), then the
+    # one that lasts longest; ties by reason and detail, so the record does not depend on the snapshot's order
     rank = {reason: i for i, reason in enumerate(PROTECTION_REASONS)}
-    return {run: min(ps, key=lambda p: (-p.until.timestamp(), rank[p.reason])) for run, ps in sorted(found.items())}
+    return {run: min(ps, key=lambda p: (p.reason != ADMITTED_BY_ACTIVATION, -p.until.timestamp(), rank[p.reason],
+                                        p.detail))
+            for run, ps in sorted(found.items())}
 
 
 

@@ -16,8 +16,8 @@ Only candidates that free slots the reserving Run can use are listed (schedulabl
 in its domain when it names one): a lease on a cordoned node frees nothing it could start on. The decision is
 the **shortest prefix** of that list after which the Run starts by admission's own gate (``plan.startable``:
 its groups place by the same packing, and its funding covers them); then every step of the prefix but the last
-whose leases the Run does not need (it still starts without them) is given back, from the end down — a lottery
-group given back is recorded as ``passedOver``, so nobody loses GPUs that were not used. If even the whole list would not start it,
+whose leases the Run does not need (it still starts without them) is given back, from the end down, when it is
+a lottery group — recorded as ``passedOver``, so nobody loses a lottery for GPUs that were not used. If even the whole list would not start it,
 nothing is taken and ``failure`` says which: ``NotEnoughToFree`` (too few GPUs would be free for it),
 ``NotPlaceable`` (enough GPUs, but not in whole groups in the domains it may use) or ``NotFunded``.
 
@@ -215,11 +215,14 @@ throughout; pure."""
             if not usable(shrink.run, tuple(f for g in commit for f in g.freed)):
                 break
             steps.append((SHRINK, tuple(lease for g in commit for lease in g.leases)))
+    nodes = scope_nodes(snapshot, scope)
     kept = []
     for g in gentle.conflict:
-        if g.freed and g.run in protected:
+        if not nodes.freed(g.active):  # the lottery closes the Active leases: theirs must be usable slots
+            continue
+        if g.run in protected:
             spared.add(g.run)
-        elif g.freed:
+        else:
             kept.append(g)
     shielded = tuple(protected[run] for run in sorted(spared))
     entries = [
@@ -270,6 +273,8 @@ throughout; pure."""
     # is needed (the prefix is the shortest), and a lottery group given back is recorded as passed over.
     chosen = list(range(lo))
     for index in range(lo - 2, -1, -1):
+        if steps[index][0] != LOTTERY:  # only a lottery's groups are given back (each check costs a pass)
+            continue
         trial = [i for i in chosen if i != index]
         if fits(trial):
             chosen = trial

@@ -181,6 +181,17 @@ def _check_protected(activation: Activation, differences: list[str]) -> None:
             differences.append(f"passed-over {p.run} group {p.group} is not in the conflict set")
         elif not victims_at or where > max(victims_at):
             differences.append(f"passed-over {p.run} group {p.group} comes after the last victim in the draw")
+    known = ("AdmittedByActivation", "RecentVictim", "FinishingSoon")
+    for p in activation.protected:
+        if p.reason not in known:
+            differences.append(f"protected {p.run} has reason {p.reason!r} (not {', '.join(known)})")
+        decided = activation.decided_at or activation.at
+        if p.until is None or (decided is not None and p.until <= decided):
+            differences.append(f"protected {p.run}'s window ends before the decision ({p.reason})")
+        if p.reason == "AdmittedByActivation" and any(a.run == p.run for a in activation.actions):
+            differences.append(f"an action takes from {p.run}, which the record protects from every remedy")
+    if activation.decided_at is not None and activation.at is not None and activation.decided_at < activation.at:
+        differences.append("decidedAt comes before at: a decision cannot come before its Reservation was due")
     if activation.protected and activation.rule != PLACEMENT_RULE:
         differences.append(f"protected runs are recorded under rule {activation.rule or '(none)'!r}, not "
                            f"{PLACEMENT_RULE!r}")

@@ -341,10 +341,15 @@ class _Pass:
         run = self.snap.runs_by_key.get(reservation.spec.run_ref.key)
         if run is not None and _live(run):
             # even when an earlier activation of this instant took from it: the resolver counted the slots it lost
-            # then (and no one used) as free for it, so its own Reservation may give them back to it
+            # then (and no one used) as free for it, so its own Reservation may give them back to it. Its start
+            # width only: growing comes with everyone else's admission (the GPUs were taken to start it)
+            held = _held(self.snap, run, self.at)
+            if held.active and not _below_start(run, held):
+                return  # started already (a decision that took nothing, or a pass resumed after its leases)
             self.serving = run.key
             try:
-                self._admit_run(run.key)
+                self._release_started(run.key)
+                self._admit_one(self.snap.runs_by_key[run.key])
             finally:
                 self.serving = None
 
@@ -385,7 +390,10 @@ class _Pass:
                 )
 
     def activate_due(self) -> None:
-        for reservation in self._due():
+        for due in self._due():
+            reservation = self.snap.reservations_by_key.get(due.key)
+            if reservation is None or not _pending(reservation):  # settled earlier in this pass
+                continue
             run = self.snap.runs_by_key.get(reservation.spec.run_ref.key)
             if run is None or run.metadata.deletion_timestamp is not None:
                 self._settle(reservation, RELEASED, "RunDeleted", f"run {reservation.spec.run_ref.key} is gone")
@@ -397,6 +405,9 @@ class _Pass:
             when = reservation.spec.earliest_start
             view = _as_of(self.snap, self.at, when)
             shield = protections(self.snap, self.at, self.options.windows)  # this pass's earlier decisions count
+            if self.at > when + self.options.eta_grace:
+                # a Reservation waits out one grace, not a reported ETA that keeps moving later
+                shield = {k: p for k, p in shield.items() if p.reason != FINISHING_SOON}
             admits = self._admits(run.key)
             resolution = resolve(view, reservation, when, protected=shield, admits=admits)
             if not resolution.placed:
@@ -598,6 +609,12 @@ class _Pass:
             start = self.at + self.options.unknown_forecast_delay
         else:
             return None  # short of funding with no forecast: a lottery frees GPUs, not budget
+        if any(r.spec.run_ref.key == run.key and r.status.state == FAILED and r.status.reason in _NOTHING_STARTS
+               and r.spec.earliest_start > self.at - self.options.unknown_forecast_delay
+               for r in self.snap.reservations):
+            # its last activation found nothing that would start it: not again in 10 s (plan's forecast counts
+            # candidates the resolver may not take), but after the grace of an unknown forecast
+            start = max(start, self.at + self.options.unknown_forecast_delay)
         spec: dict[str, Any] = {
             "runRef": {"namespace": run.namespace, "name": run.name},
             "scope": {"flavor": plan.flavor},
@@ -643,6 +660,7 @@ class _Pass:
 
 
 _TAKEN = frozenset(CLOSURE_REASON.values())  # closures an activation makes
+_NOTHING_STARTS = frozenset({"NotEnoughToFree", "NotPlaceable", "NotFunded"})  # Failed: what would start it
 
 
 def authorized(reservation: Reservation) -> bool:

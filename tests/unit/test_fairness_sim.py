@@ -121,7 +121,7 @@ def test_the_command_line_prints_the_table_and_refuses_an_unknown_option(capsys)
 
 def test_render_names_every_target(sim):
     text = render(sim.result)
-    for words in ("twice or more within 1 h", "did not start their run", "never started", "utilization"):
+    for words in ("twice or more within 6 h", "did not start their run", "never started", "utilization"):
         assert words in text
 
 

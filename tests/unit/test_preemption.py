@@ -177,13 +177,13 @@ def test_a_run_started_by_an_activation_is_protected_for_the_minimum_run_time():
 
 
 def test_no_run_is_a_lottery_victim_twice_within_the_window():
-    """a lost a lease to a lottery 30 minutes ago (victim protection 1 h): it is protected and the record says
-    so; 35 minutes later it is a candidate again."""
+    """a lost a lease to a lottery 30 minutes ago (victim protection 6 h): it is protected and the record says
+    so; 5 h 35 min later it is a candidate again."""
     lost = closed_by_lottery("a-g0-old", "a", "n1", DUE - timedelta(minutes=30))
     snap = fleet(lost, group_gpus=8)
     shield = protections(snap, DUE, Windows())
     assert shield["team/a"].reason == RECENT_VICTIM
-    assert "team/a" not in protections(snap, DUE + timedelta(minutes=35), Windows())
+    assert "team/a" not in protections(snap, DUE + timedelta(hours=5, minutes=35), Windows())
     writes = plan_ledger(snap, DUE)
     decision = next(w for w in writes if isinstance(w, PatchStatus) and "activation" in w.status)
     assert [p["run"] for p in decision.status["activation"]["protected"]] == ["team/a"]
@@ -194,7 +194,7 @@ def test_no_run_is_a_lottery_victim_twice_within_the_window():
 def test_a_recent_lottery_victim_gets_no_reservation_so_lotteries_do_not_chain():
     """v lost its lease to a lottery 20 minutes ago and is pending again; the fleet is full. Before round 3 it got
     a Reservation due in 15 minutes and set off the next lottery; now it waits for free GPUs until its victim
-    protection (1 h) ends."""
+    protection (6 h) ends."""
     lost = closed_by_lottery("v-g0-old", "v", "n2", DUE - timedelta(minutes=20))
     objects = [node("n1", domain="d1"), node("n2", domain="d1"), TEAM, lost,
                run("v", "team", gpus=8, group_gpus=8, phase=None, created=T0)]
@@ -202,7 +202,7 @@ def test_a_recent_lottery_victim_gets_no_reservation_so_lotteries_do_not_chain()
         objects += [run(name, "team", gpus=8, group_gpus=8, created=T0), holding(f"{name}-g0", node_name)]
     writes = plan_ledger(snapshot(*objects), DUE)
     assert not [w for w in writes if isinstance(w, Create) and w.kind == "Reservation"]
-    later = plan_ledger(snapshot(*objects), DUE + timedelta(hours=1))
+    later = plan_ledger(snapshot(*objects), DUE + timedelta(hours=6))
     assert [w.name for w in later if isinstance(w, Create) and w.kind == "Reservation"] == ["v-r1"]
 
 
@@ -335,3 +335,50 @@ def test_a_run_whose_status_names_a_reservation_no_longer_pending_plans_with_its
     assert plan.report.reservation.name == "team/job-r2" and plan.seed == derive_seed("team/job-r2", later)
     (write,) = [w for w in status_writes(snap, DUE, {}) if w.kind == "Run" and w.name == "job"]
     assert write.status["pendingReservation"] == "job-r2"
+
+
+def test_a_reported_eta_that_keeps_moving_does_not_hold_a_reservation_for_ever():
+    """a keeps reporting it finishes 10 minutes from now. Within one grace of earliestStart the Reservation
+    waits (AwaitingRelease); once DUE + 15 min has passed, a moving ETA no longer protects a: the lottery takes it."""
+    def fleet_at(now):
+        return snapshot(
+            node("n1", domain="d1"), TEAM,
+            run("a", "team", gpus=8, group_gpus=8, created=T0, eta=now + timedelta(minutes=10)), holding("a-g0", "n1"),
+            run("job", "team", gpus=8, group_gpus=8, phase=None, created=at(minutes=5)),
+            reservation("job-r1", run_name="job", earliest_start=DUE),
+        )
+    assert state(plan_ledger(fleet_at(DUE), DUE)) == ("Pending", "AwaitingRelease")
+    late = DUE + timedelta(minutes=20)
+    assert taken(plan_ledger(fleet_at(late), late)) == ["team/a-g0"]
+
+
+def test_growth_does_not_renew_the_protection_of_a_run_an_activation_started():
+    """e started through an activation at T0 + 1 h and grew a group at T0 + 1 h 50: its protection counts from
+    its first lease after the activation (until T0 + 2 h), not from the growth."""
+    started = at(hours=1)
+    old = reservation("e-r1", run_name="e", earliest_start=started, state="Activated")
+    old = msgspec.structs.replace(old, status=msgspec.structs.replace(
+        old.status, activation=Activation(at=started, seed=derive_seed("team/e-r1", started), decided_at=started)))
+    snap = snapshot(node("n1", domain="d1"), node("n2", domain="d1"), TEAM, old,
+                    run("e", "team", gpus=16, group_gpus=8, created=T0,
+                        malleable={"minTotalGPUs": 8, "maxTotalGPUs": 16, "stepGPUs": 8}),
+                    holding("e-g0", "n1", start=started), holding("e-g1", "n2", group=1, start=at(hours=1, minutes=50)))
+    shield = protections(snap, at(hours=1, minutes=55), Windows())
+    assert shield["team/e"].reason == ADMITTED_BY_ACTIVATION and shield["team/e"].until == at(hours=2)
+    assert "team/e" not in protections(snap, at(hours=2, minutes=1), Windows())
+
+
+def test_after_an_activation_that_found_nothing_the_next_reservation_waits_the_unknown_forecast_delay():
+    """job-r1 Failed NotEnoughToFree a minute ago. a reports it completes 20 s from now, so job's forecast says
+    DUE + 20 s; its next Reservation is due in 15 minutes all the same, not 20 s later (no Reservation, and no
+    failed activation, every few seconds while the forecast counts what the resolver may not take)."""
+    failed = reservation("job-r1", run_name="job", earliest_start=DUE - timedelta(minutes=1), state="Failed")
+    failed = msgspec.structs.replace(failed, status=msgspec.structs.replace(failed.status, reason="NotEnoughToFree"))
+    objects = [node("n1", domain="d1"), node("n2", domain="d1"), TEAM, failed,
+               run("a", "team", gpus=8, group_gpus=8, created=T0, eta=DUE + timedelta(seconds=20)),
+               holding("a-g0", "n1"), run("job", "team", gpus=16, group_gpus=8, phase=None, created=at(minutes=5))]
+    (made,) = [w for w in plan_ledger(snapshot(*objects), DUE) if isinstance(w, Create) and w.kind == "Reservation"]
+    assert made.body["spec"]["earliestStart"] == "2025-11-01T01:15:00Z"
+    fresh = plan_ledger(snapshot(*objects[:3], *objects[4:]), DUE)  # without the failed one: the forecast, 20 s
+    (first,) = [w for w in fresh if isinstance(w, Create) and w.kind == "Reservation"]
+    assert first.body["spec"]["earliestStart"] == "2025-11-01T01:00:20Z"

@@ -410,25 +410,11 @@ def ledger_options(options: Mapping[str, Any] | None) -> LedgerOptions:
     return LedgerOptions(**options) if options else LedgerOptions()
 
 
-def simulate(
-    days: float = 7.0,
-    seed: int = 1,
-    *,
-    fleet: str | Fleet = "default",
-    arrivals_per_day: float | None = None,
-    drain_days: float = 3.0,
-    protection: timedelta = timedelta(hours=6),
-    settle: int = 5,
-    min_gap: int = 300,
-    max_steps: int = 50_000,
-    prune: bool | str = True,
-    options: Mapping[str, Any] | None = None,
-) -> Result:
+def simulate(days: float = 7.0, seed: int = 1, **settings: Any) -> Result:
     """Drive ``plan_ledger`` + ``apply_writes`` over ``days`` of arrivals and at most ``drain_days`` more; see the
-    module's docstring. ``options`` go to ``LedgerOptions(**options)`` only when given."""
-    return Simulation(days, seed, fleet=fleet, arrivals_per_day=arrivals_per_day, drain_days=drain_days,
-                      protection=protection, settle=settle, min_gap=min_gap, max_steps=max_steps, prune=prune,
-                      options=options).run()
+    module's docstring and ``Simulation`` for the settings. ``options`` go to ``LedgerOptions(**options)`` only
+    when given."""
+    return Simulation(days, seed, **settings).run()
 
 
 class Simulation:

@@ -60,7 +60,7 @@ def protections(snapshot: Snapshot, at: datetime, windows: Windows) -> dict[str,
         if activation is not None and activation.at is not None and reservation.status.state == "Activated":
             activated.setdefault(reservation.spec.run_ref.key, []).append(activation.decided_at or activation.at)
     first_after: dict[tuple[str, datetime], datetime] = {}  # (run, activation) -> its first lease at or after it
-    for lease in sorted(snapshot.leases, key=lambda x: x.key):
+    for lease in snapshot.leases:  # order-free: ties are broken by reason and detail below
         status = lease.status
         if status.closed and status.closure_reason == "RandomPreempt" and status.ended is not None:
             if status.ended <= at:

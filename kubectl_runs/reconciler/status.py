@@ -519,8 +519,9 @@ def next_change(snapshot: Snapshot, at: datetime) -> datetime | None:
         if eta is not None and eta.estimated_completion is not None:
             for when in (eta.estimated_completion - grace, eta.estimated_completion, eta.estimated_completion + grace):
                 consider(when)
-    for protection in protections(snapshot, at, Windows()).values():
-        consider(protection.until)  # a Run comes back into the lotteries' conflict sets
+    if any(r.status.state in (None, "Pending") for r in snapshot.reservations):  # only a pending one's draw cares
+        for protection in protections(snapshot, at, Windows()).values():
+            consider(protection.until)  # a Run comes back into the lotteries' conflict sets
     for reservation in snapshot.reservations:
         if reservation.status.state in (None, "Pending"):
             consider(reservation.spec.earliest_start)

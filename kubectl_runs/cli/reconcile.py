@@ -107,6 +107,8 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
     make_api = make_api_factory(source)
     settings = Settings(once=once, dry_run=dry_run, resync_period=period, manage_leases=manage_leases,
                         request_timeout=opts.timeout_seconds() or 30.0)
+    _preflight(make_api, settings.request_timeout, None if once or not leader_elect else
+               (leader_namespace(leader_election_namespace), leader_election_id))
     metrics = server = elector = None
     if not once and metrics_addr not in ("0", ""):
         metrics, server = _metrics(metrics_addr, log, leader_elect)
@@ -133,6 +135,16 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
             elector.stop(release=True)
         if server is not None:
             server.shutdown()
+
+
+def _preflight(make_api, timeout: float, lease: tuple[str, str] | None) -> None:
+    """One line that says what to do when the CRDs or the leader-election namespace are missing (not a wait)."""
+    from ..reconciler.preflight import check_crds, check_lease_namespace
+
+    api = make_api()
+    check_crds(api, timeout)
+    if lease is not None:
+        check_lease_namespace(api, *lease, timeout)
 
 
 def _metrics(addr: str, log, leader_elect: bool) -> tuple[object, object]:

@@ -55,7 +55,15 @@ def before_crds(controlplane):
 
 
 @pytest.fixture(scope="session")
-def cluster(controlplane, before_crds):
+def reconcile_before_crds(controlplane):
+    """What ``reconcile`` says on its first run against a server without the CRDs: once, and watching."""
+    kubeconfig = controlplane.admin_kubeconfig
+    return (run_plugin("reconcile", "--once", kubeconfig=kubeconfig),
+            run_plugin("reconcile", "--no-leader-elect", "--metrics-addr", "0", kubeconfig=kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def cluster(controlplane, before_crds, reconcile_before_crds):
     """The control plane with crds/ applied and Established, the read-only ClusterRole bound to ``reader``,
     and the example fleet loaded (objects, then their status through the status subresource)."""
     cp = controlplane

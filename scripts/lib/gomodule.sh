@@ -22,10 +22,11 @@ find_go() {
     echo "$go"
 }
 
-# cached_build GO MODDIR PACKAGE OUTDIR BINARY [NOTE]: build PACKAGE (go.sum checks every download) into
+# cached_build GO MODDIR PACKAGE OUTDIR BINARY [NOTE] [LDFLAGS]: build PACKAGE (go.sum checks every download) into
 # OUTDIR/BINARY unless it is already there; one build at a time per cache (flock), atomic (temp dir + rename).
+# LDFLAGS are added to "-s -w" (e.g. -X flags that set a version string the upstream Makefile sets).
 cached_build() {
-    local go="$1" moddir="$2" package="$3" outdir="$4" binary="$5" note="${6:-}"
+    local go="$1" moddir="$2" package="$3" outdir="$4" binary="$5" note="${6:-}" ldflags="${7:-}"
     if [[ -x "$outdir/$binary" ]]; then return 0; fi
     local cache_root
     cache_root="$(dirname "$outdir")"
@@ -39,7 +40,7 @@ cached_build() {
     tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
     echo "$tool: building $package into $outdir${note:+ ($note)}" >&2
     if ! (cd "$moddir" && GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off CGO_ENABLED=0 \
-            "$go" build -trimpath -ldflags="-s -w" -o "$tmp/$binary" "$package") >&2; then
+            "$go" build -trimpath -ldflags="-s -w${ldflags:+ $ldflags}" -o "$tmp/$binary" "$package") >&2; then
         rm -rf "$tmp"
         die "go build $package failed (see above)"
     fi

@@ -81,3 +81,12 @@ def test_krew_text_says_what_writes():
     assert "only read" in description
     for words in ("kubectl runs reconcile", "--manage-leases", "kubectl runs leases archive", "--prune"):
         assert words in description
+
+
+def test_helm_chart_names_the_same_image_and_tag():
+    chart = ROOT / "deploy" / "helm" / "kubectl-runs"
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert meta["appVersion"] == TAG
+    assert values["image"]["repository"] == IMAGE
+    assert values["image"].get("tag") in (None, "", TAG)  # empty: the chart's appVersion

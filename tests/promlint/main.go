@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -53,5 +54,5 @@ func main() {
 
 func parse(text []byte) (map[string]*dto.MetricFamily, error) {
 	parser := expfmt.NewTextParser(model.LegacyValidation)
-	return parser.TextToMetricFamilies(bytesReader(text))
+	return parser.TextToMetricFamilies(bytes.NewReader(text))
 }

@@ -25,8 +25,9 @@ records them succeeds (:meth:`ReconcilerMetrics.count_decision`; not when a pass
 decision already written, never with ``--dry-run``). ``scope`` is the Reservation's scope: its flavor, or
 ``flavor/domain``; ``namespace`` is the namespace of the Run that lost the GPUs (no run names: bounded):
 
-- ``jobtree_reservation_activations_total{flavor,scope,outcome}`` — outcome ``Activated`` or the Failed reason
-  (NotEnoughToFree, NotPlaceable, NotFunded, NotAuthorized);
+- ``jobtree_reservation_activations_total{flavor,scope,outcome}`` — outcome ``Activated`` or the Failed reason:
+  NotEnoughToFree, NotPlaceable, NotFunded (due, nothing taken), NotAuthorized (refused at once: neither made by
+  the reconciler nor approved), Other (a reason this version does not know);
 - ``jobtree_resolver_actions_total{kind,flavor,scope,namespace}`` — one per action (one lease) an activation
   took: kind ReclaimUnfunded, DropSpare, Shrink, Lottery (the kinds ``status.activation.actions`` records);
 - ``jobtree_preempted_gpus_total{kind,flavor,scope,namespace}`` — the GPUs of those actions.
@@ -110,7 +111,7 @@ class ReconcilerMetrics:
         )
         self.activations = Counter(
             "jobtree_reservation_activations",
-            "Due Reservations decided by the ledger keeper: outcome Activated or the Failed reason.",
+            "Reservations the ledger keeper decided: outcome Activated, or the reason it Failed them with.",
             ["flavor", "scope", "outcome"], registry=r,
         )
         self.resolver_actions = Counter(

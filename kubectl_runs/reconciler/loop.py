@@ -13,7 +13,12 @@ Nothing is written before every kind has been listed once. With ``--manage-lease
 (``ledger(snapshot, at)``, reconciler/ledger.py) are computed with the status writes of each batch; the seam is
 ``Reconciler.ledger``. The ledger's writes that were made are told as events.k8s.io/v1 Events
 (reconciler/events.py) right after them, best effort: an Event that cannot be written is logged and counted,
-never retried and never holds up a write."""
+never retried and never holds up a write.
+
+Metrics (reconciler/metrics.py): the fleet gauges are recomputed after each batch's own writes, from the
+batch's evaluation (the snapshot the status was computed from, which has the ledger's writes applied), so
+``/metrics`` agrees with ``budgets usage`` as soon as the batch is written, not at the next resync; the ledger
+keeper's Reservation decisions are counted when their write succeeds."""
 
 from __future__ import annotations
 
@@ -32,10 +37,10 @@ from typing import Any, TextIO
 import msgspec
 
 from ..errors import UserError
-from ..model import Snapshot
+from ..model import Reservation, Run, Snapshot
 from ..timeutil import now_utc
-from .actions import AnyWrite, Create, RecordEvent
-from .apply import OK, Applier, Outcome
+from .actions import AnyWrite, Create, PatchStatus, RecordEvent
+from .apply import EXISTS, GONE, OK, Applier, Outcome
 from .cache import Cache, Entry, Informer, wait_synced
 from .events import ledger_events
 from .ledger import apply_writes
@@ -104,8 +109,8 @@ class NullMetrics:
     def count_write(self, kind: str, action: str, outcome: str) -> None: ...
     def count_api_error(self, verb: str, resource: str, reason: str) -> None: ...
     def set_queue_depth(self, depth: int) -> None: ...
-    def count_resolver_action(self, kind: str) -> None: ...
-    def update_fleet(self, snapshot: Any, at: Any, book: Any = None) -> None: ...
+    def count_decision(self, flavor: str, domain: str | None, status: Any) -> None: ...
+    def update_fleet(self, snapshot: Any, at: Any, book: Any = None, phases: Any = None) -> None: ...
     def set_leader(self, leader: bool) -> None: ...
     def set_ready(self, ready: bool) -> None: ...
 
@@ -258,6 +263,9 @@ class Reconciler:
         text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
         self._kill_after = (text, int(nth or 1)) if text else None
         self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
+        # the last compute(): (snapshot before the ledger's writes, those writes, the Evaluation of the snapshot
+        # after them), from which the fleet gauges are recomputed once the batch is written
+        self._evaluated: tuple[Snapshot, list[AnyWrite], Evaluation] | None = None
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -286,13 +294,11 @@ class Reconciler:
         and the status writes (one per object, independent of each other). An object whose evaluation fails is
         logged and left out (and retried), never the whole batch."""
         snapshot, stored, bad = view if view is not None else self.cache.view()
-        if keys is None:
-            objects, everything = set(all_keys(snapshot)) | set(bad), True
-        else:
-            objects, everything = expand(keys, snapshot, bad)
+        objects = set(all_keys(snapshot)) | set(bad) if keys is None else expand(keys, snapshot, bad)[0]
         ledger_writes: list[AnyWrite] = []
         if evaluation is None or evaluation.snapshot is not snapshot or evaluation.at != at:
             evaluation = Evaluation(snapshot, at)
+        before = snapshot
         if self.ledger is not None and self.settings.manage_leases:
             try:
                 ledger_writes = list(self.ledger(snapshot, at))
@@ -305,12 +311,52 @@ class Reconciler:
             evaluation = Evaluation(snapshot, at)
         writes = self._status(snapshot, at, stored, objects, bad, evaluation)
         self._schedule_wake_up(snapshot, at)
-        if everything:
-            try:
-                self.metrics.update_fleet(snapshot, at, evaluation.book)
-            except Exception as exc:
-                self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
+        self._evaluated = (before, ledger_writes, evaluation)
         return ledger_writes, self._unsaid(writes, bad)
+
+    def _update_fleet(self, snapshot: Snapshot, at: datetime, book: Any = None,
+                      phases: dict[str, str | None] | None = None) -> None:
+        if type(self.metrics).update_fleet is NullMetrics.update_fleet:
+            return  # metrics off: no ledger computed for them
+        try:
+            self.metrics.update_fleet(snapshot, at, book() if callable(book) else book, phases)
+        except Exception as exc:
+            self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
+
+    def _refresh_fleet(self, at: datetime, outcomes: list[Outcome]) -> None:
+        """The fleet gauges after this batch's writes, from its evaluation: when every ledger write went in,
+        the snapshot the status was computed from is the fleet now, and its ledger is at hand (computed for the
+        status, else once here); else the writes that went in are applied to the snapshot before them. The
+        Runs' phases are those of the status writes' answers."""
+        if self._evaluated is None:
+            return
+        before, ledger_writes, evaluation = self._evaluated
+        self._evaluated = None
+        made = {id(o.write) for o in outcomes if o.outcome in (OK, EXISTS, GONE)}
+        done = [w for w in ledger_writes if id(w) in made]
+        phases = {o.answer.key: o.answer.status.phase for o in outcomes
+                  if o.outcome == OK and isinstance(o.answer, Run)}
+        if len(done) == len(ledger_writes):
+            self._update_fleet(evaluation.snapshot, at, lambda: evaluation.book, phases)
+        else:
+            self._update_fleet(apply_writes(before, done), at, None, phases)
+
+    def _count_decisions(self, outcomes: list[Outcome]) -> None:
+        """The ledger keeper's Reservation decisions (Activated with its actions, Failed with its reason) whose
+        write succeeded: counted here, once (a pass that finishes a recorded activation writes no decision)."""
+        for outcome in outcomes:
+            write = outcome.write
+            if (outcome.outcome != OK or write.kind != "Reservation" or not isinstance(write, PatchStatus)
+                    or write.status.get("state") not in ("Activated", "Failed")):
+                continue
+            reservation = outcome.answer if isinstance(outcome.answer, Reservation) else \
+                self.cache.view()[0].reservations_by_key.get(write.key)
+            scope = reservation.spec.scope if reservation is not None else None
+            try:
+                self.metrics.count_decision(scope.flavor if scope else "", scope.domain if scope else None,
+                                            write.status)
+            except Exception as exc:  # a metric must never hold up the ledger
+                self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
 
     def _schedule_wake_up(self, snapshot: Snapshot, at: datetime) -> None:
         """Look at everything again just after the next instant a fact changes by itself (a window opens, an
@@ -363,6 +409,7 @@ class Reconciler:
         """``ordered`` one after the other (the ledger's writes may depend on each other), then
         ``independent`` (one status write per object) on WRITERS threads."""
         outcomes = self._in_order(ordered, at)
+        self._count_decisions(outcomes)
         self._report(outcomes, at)
         if len(independent) > 1:
             outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
@@ -431,17 +478,14 @@ class Reconciler:
         if groups:
             snapshot, _stored, bad = self.cache.view()
             expanded, everything = expand(groups, snapshot, bad)
-            if everything:
-                try:
-                    self.metrics.update_fleet(snapshot, at, None)
-                except Exception as exc:
-                    self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
             self.queue.add_all(sorted(expanded - set(objects)))
             if not objects:
                 self._schedule_wake_up(snapshot, at)
                 if self.ledger is not None and self.settings.manage_leases:
                     objects = []  # the ledger looks at the whole fleet on every batch: run it below
                 else:  # a batch too (the fleet gauges of a resync are computed here): its time is observed
+                    if everything:
+                        self._update_fleet(snapshot, at)
                     self.batches += 1
                     self.metrics.observe_reconcile(time.monotonic() - started)
                     self.metrics.set_queue_depth(self.queue.depth())
@@ -457,6 +501,7 @@ class Reconciler:
             objects = [k for k in objects if k not in budgets]
         ledger_writes, writes = self.compute(objects, at, view=view, evaluation=evaluation)
         outcomes += self.apply(ledger_writes, writes, at)
+        self._refresh_fleet(at, outcomes)
         failed: set[ObjKey] = set()
         for outcome in outcomes:
             if outcome.retry:
@@ -521,6 +566,7 @@ class Reconciler:
         self.metrics.set_ready(True)
         leading = self.elector is None
         if leading:
+            self.metrics.set_leader(True)  # jobtree_leader: this replica writes (no leader election: always)
             self.queue.add(ALL_KEY)
         next_resync = time.monotonic() + self.settings.resync_period
         while not self.stop.is_set():
@@ -567,6 +613,7 @@ class Reconciler:
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.metrics.set_leader(False)  # it writes no more
         self.queue.shutdown()
         self._pool.shutdown(wait=True)
         for informer in self.informers:

@@ -1,30 +1,44 @@
 """Prometheus metrics and health of the reconciler, served on ``--metrics-addr`` (default ``:8080``).
 
 Everything is in the reconciler's own ``CollectorRegistry`` (no process-global default registry, so two
-instances in one test process do not collide), every name starts with ``jobtree_``:
+instances in one test process do not collide), every name starts with ``jobtree_``. docs/reconciler.md
+("Metrics") has the same list for admins; tests/unit/test_dashboard.py holds the Grafana dashboard to it and
+tests/integration/test_metrics_live.py checks each series after a real activation.
 
-Fleet, computed by the engine (``accounting.ledger`` — the numbers ``budgets usage`` prints; nothing here
-re-derives them), replaced as a whole at each :meth:`ReconcilerMetrics.update_fleet`, so an envelope that is
-gone stops being exported:
+Fleet gauges (reconciler/fleet_gauges.py), computed by the engine from the leader's cache after each batch's own
+writes (:meth:`ReconcilerMetrics.update_fleet`: ``accounting.ledger`` — the numbers ``budgets usage`` prints;
+nothing re-derives them), replaced whole each time, so an envelope that is gone stops being exported:
 
 - ``jobtree_budget_gpus{namespace,budget,envelope,flavor,owner,class}`` — GPUs charged to an envelope now, by
   class: owned, shared, borrowed, unfunded (slots charged but not funded), spare.
-- ``jobtree_budget_concurrency_gpus``, ``jobtree_budget_headroom_gpus``, ``jobtree_budget_consumed_gpu_hours``,
-  ``jobtree_budget_window_active`` (same labels without ``class``); ``jobtree_budget_aggregate_headroom_gpus
-  {namespace,budget,aggregate}``.
+- ``jobtree_budget_concurrency_gpus``, ``jobtree_budget_headroom_gpus``, ``jobtree_budget_consumed_gpu_seconds``
+  (GPU-seconds: ``budgets usage`` shows GPU-hours), ``jobtree_budget_window_active`` (the same labels without
+  ``class``); ``jobtree_budget_aggregate_headroom_gpus{namespace,budget,aggregate}``.
 - ``jobtree_reservations{state}`` (Pending, Activated, Released, Failed), ``jobtree_reservation_backlog{flavor}``
   (Pending reservations), ``jobtree_reservation_eta_seconds{flavor}`` — a gauge histogram of the seconds from
-  now until each Pending reservation's ``earliestStart`` (``le="0"`` = due or overdue).
-- ``jobtree_runs{phase}`` — Runs by their stored ``status.phase`` ("" when none yet).
-- ``jobtree_fleet_updated_timestamp_seconds`` — when the fleet gauges were last computed.
+  now until each Pending reservation's ``earliestStart`` (``le="0.0"`` = due or overdue).
+- ``jobtree_runs{phase}`` — Runs by stored ``status.phase`` ("" when none yet).
+- ``jobtree_fleet_updated_timestamp_seconds`` — the instant the fleet gauges were computed at.
+
+Decisions of the ledger keeper (``--manage-leases``), counted once, when the Reservation's status write that
+records them succeeds (:meth:`ReconcilerMetrics.count_decision`; not when a pass finishes the closures of a
+decision already written, never with ``--dry-run``). ``scope`` is the Reservation's scope: its flavor, or
+``flavor/domain``; ``namespace`` is the namespace of the Run that lost the GPUs (no run names: bounded):
+
+- ``jobtree_reservation_activations_total{flavor,scope,outcome}`` — outcome ``Activated`` or the Failed reason:
+  NotEnoughToFree, NotPlaceable, NotFunded (due, nothing taken), NotAuthorized (refused at once: neither made by
+  the reconciler nor approved), Other (a reason this version does not know);
+- ``jobtree_resolver_actions_total{kind,flavor,scope,namespace}`` — one per action (one lease) an activation
+  took: kind ReclaimUnfunded, DropSpare, Shrink, Lottery (the kinds ``status.activation.actions`` records);
+- ``jobtree_preempted_gpus_total{kind,flavor,scope,namespace}`` — the GPUs of those actions.
 
 Work of the reconciler:
 
 - ``jobtree_reconcile_duration_seconds`` (histogram), ``jobtree_last_reconcile_timestamp_seconds``;
 - ``jobtree_api_writes_total{kind,action,outcome}`` — outcome ok|exists|gone|conflict|forbidden|error;
 - ``jobtree_api_errors_total{verb,resource,reason}``;
-- ``jobtree_resolver_actions_total{kind}`` — ReclaimUnfunded, DropSpare, Shrink, RandomPreempt …;
-- ``jobtree_workqueue_depth``, ``jobtree_leader`` (1 while this replica leads), ``jobtree_ready``;
+- ``jobtree_workqueue_depth``, ``jobtree_leader`` (1 while this replica writes: always without leader election,
+  while it holds the Lease with it; 0 on a standby), ``jobtree_ready``;
 - ``jobtree_build_info{version}``.
 
 Health (:func:`serve`): ``/healthz`` is 200 while the process serves HTTP at all (liveness: a wedged process
@@ -39,42 +53,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
 from ..engine.accounting import Ledger, ledger
+from ..engine.lottery import ACTION_KINDS
+from .fleet_gauges import ETA_BUCKETS, Fleet, fleet_families
 
-__all__ = ["ETA_BUCKETS", "MetricsServer", "ReconcilerMetrics", "parse_addr", "serve"]
+__all__ = ["ETA_BUCKETS", "MetricsServer", "ReconcilerMetrics", "parse_addr", "scope_label", "serve"]
 
 log = logging.getLogger("kubectl_runs.reconciler.metrics")
 
 OUTCOMES = ("ok", "exists", "gone", "conflict", "forbidden", "error")
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-#: upper bounds (seconds from now until a Pending reservation's earliestStart) of the ETA buckets
-ETA_BUCKETS = (0.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 24 * 3600.0, 7 * 86400.0)
-CLASS_FIELDS = ("owned", "shared", "borrowed", "unfunded", "spare")
-ENVELOPE_LABELS = ("namespace", "budget", "envelope", "flavor", "owner")
-PENDING = (None, "Pending")
+ACTIVATED = "Activated"
+#: outcomes of jobtree_reservation_activations_total besides Activated: the reasons a due Reservation fails with
+FAILED_REASONS = ("NotEnoughToFree", "NotPlaceable", "NotFunded", "NotAuthorized")
+OTHER = "Other"  # a kind or reason this version does not know (keeps the label values a closed set)
+DECISION_LABELS = ("kind", "flavor", "scope", "namespace")
 
 
-class _Fleet:
-    """The fleet's gauges as computed at one instant; swapped whole by update_fleet, read by collect()."""
-
-    def __init__(self) -> None:
-        self.families: list[Any] = []
-
-    def collect(self) -> Iterable[Any]:
-        return list(self.families)
-
-    def describe(self) -> Iterable[Any]:
-        return []
+def scope_label(flavor: str, domain: str | None) -> str:
+    """The ``scope`` label of a Reservation's scope: ``flavor``, or ``flavor/domain``."""
+    return f"{flavor}/{domain}" if domain else flavor
 
 
 class ReconcilerMetrics:
@@ -88,11 +95,11 @@ class ReconcilerMetrics:
         self._leader = False
         self._lock = threading.Lock()
         self.reconcile_seconds = Histogram(
-            "jobtree_reconcile_duration_seconds", "Seconds one reconcile of the fleet took (evaluate + write).",
+            "jobtree_reconcile_duration_seconds", "Seconds one reconcile batch took (evaluate + write).",
             buckets=RECONCILE_BUCKETS, registry=r,
         )
         self.last_reconcile = Gauge(
-            "jobtree_last_reconcile_timestamp_seconds", "Unix time the last reconcile finished.", registry=r
+            "jobtree_last_reconcile_timestamp_seconds", "Unix time the last reconcile batch finished.", registry=r
         )
         self.writes = Counter(
             "jobtree_api_writes", "Writes sent to the API server, by kind, action and outcome.",
@@ -102,16 +109,31 @@ class ReconcilerMetrics:
             "jobtree_api_errors", "API requests that failed, by verb, resource and reason.",
             ["verb", "resource", "reason"], registry=r,
         )
+        self.activations = Counter(
+            "jobtree_reservation_activations",
+            "Reservations the ledger keeper decided: outcome Activated, or the reason it Failed them with.",
+            ["flavor", "scope", "outcome"], registry=r,
+        )
         self.resolver_actions = Counter(
-            "jobtree_resolver_actions", "Resolver actions applied at reservation activations, by kind.",
-            ["kind"], registry=r,
+            "jobtree_resolver_actions",
+            "Leases taken by reservation activations (one per recorded action), by kind, the Reservation's "
+            "flavor and scope, and the namespace of the Run that lost them.",
+            DECISION_LABELS, registry=r,
+        )
+        self.preempted_gpus = Counter(
+            "jobtree_preempted_gpus",
+            "GPUs taken by reservation activations, by action kind, the Reservation's flavor and scope, and the "
+            "namespace of the Run that lost them.",
+            DECISION_LABELS, registry=r,
         )
         self.queue_depth = Gauge("jobtree_workqueue_depth", "Keys waiting in the work queue.", registry=r)
-        self.leader = Gauge("jobtree_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.leader = Gauge("jobtree_leader",
+                            "1 while this replica writes (always without leader election; while it holds the "
+                            "leader Lease with it), 0 on a standby.", registry=r)
         self.ready_gauge = Gauge("jobtree_ready", "1 once the caches are synced.", registry=r)
         info = Gauge("jobtree_build_info", "The running kubectl-runs version.", ["version"], registry=r)
         info.labels(version=__version__).set(1)
-        self._fleet = _Fleet()
+        self._fleet = Fleet()
         r.register(self._fleet)
 
     # --- the interface the loop calls ---------------------------------------------------------------------
@@ -132,10 +154,29 @@ class ReconcilerMetrics:
     def set_queue_depth(self, depth: int) -> None:
         self.queue_depth.set(depth)
 
-    def count_resolver_action(self, kind: str) -> None:
-        self.resolver_actions.labels(kind=kind).inc()
+    def count_decision(self, flavor: str, domain: str | None, status: Mapping[str, Any]) -> None:
+        """A Reservation status write of the ledger keeper that was made (outcome ok): ``status`` as written,
+        ``flavor``/``domain`` the Reservation's scope. An Activated one counts its outcome and every action of
+        ``status.activation``; a Failed one its reason; any other state nothing."""
+        state = status.get("state")
+        scope = scope_label(flavor, domain)
+        if state == ACTIVATED:
+            self.activations.labels(flavor=flavor, scope=scope, outcome=ACTIVATED).inc()
+            activation = status.get("activation")
+            actions = activation.get("actions") if isinstance(activation, Mapping) else None
+            for action in actions or ():
+                kind = str(action.get("kind") or "")
+                labels = {"kind": kind if kind in ACTION_KINDS else OTHER, "flavor": flavor, "scope": scope,
+                          "namespace": str(action.get("run") or "").partition("/")[0]}
+                self.resolver_actions.labels(**labels).inc()
+                self.preempted_gpus.labels(**labels).inc(max(0, int(action.get("gpus") or 0)))
+        elif state == "Failed":
+            reason = str(status.get("reason") or "")
+            outcome = reason if reason in FAILED_REASONS else OTHER
+            self.activations.labels(flavor=flavor, scope=scope, outcome=outcome).inc()
 
     def set_leader(self, leader: bool) -> None:
+        """``leader``: this replica writes (the loop sets it at start without leader election)."""
         with self._lock:
             self._leader = bool(leader)
         self.leader.set(1 if leader else 0)
@@ -155,86 +196,19 @@ class ReconcilerMetrics:
             return True, "ok"
         return True, "ok: leader" if leader else "ok: standby"
 
-    def update_fleet(self, snapshot: Any, at: datetime, book: Ledger | None = None) -> None:
+    def update_fleet(self, snapshot: Any, at: datetime, book: Ledger | None = None,
+                     phases: Mapping[str, str | None] | None = None) -> None:
         """Recompute the fleet gauges from ``snapshot`` at ``at``. ``book`` is the engine's ledger of the same
-        snapshot and instant when the caller has it already (the status writer does); else it is computed."""
+        snapshot and instant when the caller has it already (the status writer does); else it is computed.
+        ``phases`` (Run key -> status.phase as just written) overrides the snapshot's stored phases."""
         if book is None:
             book = ledger(snapshot, at)
-        gpus = GaugeMetricFamily("jobtree_budget_gpus", "GPUs charged to an envelope now, by class.",
-                                 labels=[*ENVELOPE_LABELS, "class"])
-        concurrency = GaugeMetricFamily("jobtree_budget_concurrency_gpus", "GPUs an envelope funds at one instant.",
-                                        labels=ENVELOPE_LABELS)
-        headroom = GaugeMetricFamily("jobtree_budget_headroom_gpus",
-                                     "GPUs an envelope can still fund now (0 outside its window).",
-                                     labels=ENVELOPE_LABELS)
-        hours = GaugeMetricFamily("jobtree_budget_consumed_gpu_hours", "GPU-hours an envelope paid in its window.",
-                                  labels=ENVELOPE_LABELS)
-        active = GaugeMetricFamily("jobtree_budget_window_active", "1 while now is inside the envelope's window.",
-                                   labels=ENVELOPE_LABELS)
-        for _key, usage in sorted(book.envelopes.items()):
-            meta = usage.budget.metadata
-            labels = [meta.namespace, meta.name, usage.envelope.name, usage.envelope.flavor, usage.owner]
-            for cls in CLASS_FIELDS:
-                gpus.add_metric([*labels, cls], getattr(usage, cls))
-            concurrency.add_metric(labels, usage.envelope.concurrency)
-            headroom.add_metric(labels, usage.headroom)
-            hours.add_metric(labels, usage.consumed_gpu_hours)
-            active.add_metric(labels, 1 if usage.window_active else 0)
-        aggregates = GaugeMetricFamily("jobtree_budget_aggregate_headroom_gpus",
-                                       "GPUs an aggregate cap still allows now.",
-                                       labels=["namespace", "budget", "aggregate"])
-        for agg in book.aggregates:
-            aggregates.add_metric([agg.budget.metadata.namespace, agg.budget.metadata.name, agg.name], agg.headroom)
-
-        states: dict[str, int] = {"Pending": 0, "Activated": 0, "Released": 0, "Failed": 0}
-        backlog: dict[str, int] = {}
-        etas: dict[str, list[float]] = {}
-        for rsv in snapshot.reservations:
-            state = rsv.status.state or "Pending"
-            states[state] = states.get(state, 0) + 1
-            if rsv.status.state in PENDING:
-                flavor = rsv.spec.scope.flavor
-                backlog[flavor] = backlog.get(flavor, 0) + 1
-                etas.setdefault(flavor, []).append((rsv.spec.earliest_start - at).total_seconds())
-        by_state = GaugeMetricFamily("jobtree_reservations", "Reservations by state.", labels=["state"])
-        for state, count in sorted(states.items()):
-            by_state.add_metric([state], count)
-        pending = GaugeMetricFamily("jobtree_reservation_backlog", "Pending reservations, by flavor.",
-                                    labels=["flavor"])
-        for flavor, count in sorted(backlog.items()):
-            pending.add_metric([flavor], count)
-        eta = GaugeHistogramMetricFamily(
-            "jobtree_reservation_eta_seconds",
-            "Seconds from now until each Pending reservation's earliestStart (le=0: due or overdue).",
-            labels=["flavor"],
-        )
-        for flavor, seconds in sorted(etas.items()):
-            buckets = [(_le(bound), sum(1 for s in seconds if s <= bound)) for bound in ETA_BUCKETS]
-            buckets.append(("+Inf", len(seconds)))
-            eta.add_metric([flavor], buckets, gsum_value=sum(seconds))
-
-        phases: dict[str, int] = {}
-        for run in snapshot.runs:
-            phase = run.status.phase or ""
-            phases[phase] = phases.get(phase, 0) + 1
-        runs = GaugeMetricFamily("jobtree_runs", "Runs by stored status.phase (\"\" = not yet written).",
-                                 labels=["phase"])
-        for phase, count in sorted(phases.items()):
-            runs.add_metric([phase], count)
-        stamp = GaugeMetricFamily("jobtree_fleet_updated_timestamp_seconds",
-                                  "Unix time of the instant the fleet gauges were computed at.",
-                                  value=at.timestamp())
-        self._fleet.families = [gpus, concurrency, headroom, hours, active, aggregates, by_state, pending, eta,
-                                runs, stamp]
+        self._fleet.families = fleet_families(snapshot, at, book, phases)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """The registry in the text format the scraper asked for (Prometheus text or OpenMetrics)."""
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
-
-
-def _le(bound: float) -> str:
-    return str(float(bound))  # the client's spelling of le ("300.0")
 
 
 # --- the HTTP server -------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ Skipped where kubectl is absent; that skip is a failure where KUBECTL_RUNS_REQUI
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -16,10 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
-from test_metrics import fleet
-
-from kubectl_runs.reconciler.metrics import ReconcilerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -175,28 +170,6 @@ def test_dockerfile_runs_reconcile_as_non_root():
     assert user and int(user[-1]) != 0
     deployment_user = deployment(render(DEPLOY))["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
     assert int(user[-1]) == deployment_user
-
-
-def test_grafana_dashboard_queries_only_exported_series():
-    dash = json.loads((DEPLOY / "grafana" / "kubectl-runs-reconciler.json").read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
-    titles = " | ".join(p["title"] for p in dash["panels"]).lower()
-    for wanted in ("headroom", "backlog", "eta", "preemptions", "latency", "api writes"):
-        assert wanted in titles, wanted
-    metrics = ReconcilerMetrics()
-    metrics.update_fleet(*fleet())
-    metrics.observe_reconcile(0.1)
-    metrics.count_write("Run", "PatchStatus", "ok")
-    metrics.count_api_error("patch", "runs", "Forbidden")
-    metrics.count_resolver_action("RandomPreempt")
-    body, _ = metrics.exposition()
-    exported = {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
-    used = {m for e in exprs for m in re.findall(r"\bjobtree_[a-z_]+", e)}
-    assert used and used <= exported, sorted(used - exported)
-    variables = {v["name"] for v in dash["templating"]["list"]}
-    for e in exprs:
-        for var in re.findall(r"\$(\w+)", e):
-            assert var in variables or var.startswith("__"), var
 
 
 def test_every_flag_the_deployments_pass_is_a_reconcile_flag():

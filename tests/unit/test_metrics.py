@@ -85,7 +85,8 @@ def test_fleet_gauges_equal_budgets_usage(served):
         key = {"namespace": row["namespace"], "budget": row["budget"], "envelope": row["envelope"]}
         assert series(scraped, "jobtree_budget_headroom_gpus", **key) == row["headroomGPUs"]
         assert series(scraped, "jobtree_budget_concurrency_gpus", **key) == row["concurrency"]
-        assert series(scraped, "jobtree_budget_consumed_gpu_hours", **key) == pytest.approx(row["consumedGPUHours"])
+        assert series(scraped, "jobtree_budget_consumed_gpu_seconds", **key) == pytest.approx(
+            row["consumedGPUHours"] * 3600)
         for cls in ("owned", "shared", "borrowed", "unfunded", "spare"):
             assert series(scraped, "jobtree_budget_gpus", **key, **{"class": cls}) == row[f"{cls}GPUs"], cls
     # the figures themselves (so the equality above is not between two zeros)
@@ -93,8 +94,8 @@ def test_fleet_gauges_equal_budgets_usage(served):
     assert series(scraped, "jobtree_budget_headroom_gpus", namespace="team", envelope="west") == 4
     assert series(scraped, "jobtree_budget_gpus", namespace="lab", envelope="main", **{"class": "owned"}) == 2
     assert series(scraped, "jobtree_budget_gpus", namespace="lab", envelope="main", **{"class": "unfunded"}) == 2
-    assert series(scraped, "jobtree_budget_consumed_gpu_hours", namespace="team", envelope="west") == pytest.approx(
-        8 * 48 + 2 * 10)
+    assert series(scraped, "jobtree_budget_consumed_gpu_seconds", namespace="team", envelope="west") == pytest.approx(
+        (8 * 48 + 2 * 10) * 3600)
 
 
 def test_reservation_backlog_and_eta_buckets(served):
@@ -137,7 +138,13 @@ def test_work_counters_and_histogram(served):
     metrics.count_write("Run", "PatchStatus", "ok")
     metrics.count_write("GPULease", "Create", "exists")
     metrics.count_api_error("patch", "runs", "Forbidden")
-    metrics.count_resolver_action("RandomPreempt")
+    metrics.count_decision("H100", "d1", {"state": "Activated", "activation": {"actions": [
+        {"kind": "Lottery", "run": "lab/a", "group": 0, "lease": "lab/a-g0", "gpus": 8},
+        {"kind": "DropSpare", "run": "team/c", "group": 1, "lease": "team/c-g1-spare-0", "gpus": 1},
+        {"kind": "DropSpare", "run": "team/d", "group": 0, "lease": "team/d-g0-spare-0", "gpus": 1}]}})
+    metrics.count_decision("H100", None, {"state": "Failed", "reason": "NotPlaceable"})
+    metrics.count_decision("H100", None, {"state": "Failed", "reason": "SomethingNew"})
+    metrics.count_decision("H100", None, {"state": "Released", "reason": "Started"})  # not a decision: nothing
     metrics.set_queue_depth(7)
     metrics.set_leader(True)
     scraped = samples(get(server.url + "/metrics")[2])
@@ -147,7 +154,15 @@ def test_work_counters_and_histogram(served):
     assert series(scraped, "jobtree_api_writes_total", kind="Run", action="PatchStatus", outcome="ok") == 2
     assert series(scraped, "jobtree_api_writes_total", kind="GPULease", outcome="exists") == 1
     assert series(scraped, "jobtree_api_errors_total", verb="patch", resource="runs", reason="Forbidden") == 1
-    assert series(scraped, "jobtree_resolver_actions_total", kind="RandomPreempt") == 1
+    lottery = {"kind": "Lottery", "flavor": "H100", "scope": "H100/d1", "namespace": "lab"}
+    assert series(scraped, "jobtree_resolver_actions_total", **lottery) == 1
+    assert series(scraped, "jobtree_preempted_gpus_total", **lottery) == 8
+    assert series(scraped, "jobtree_resolver_actions_total", kind="DropSpare", namespace="team") == 2
+    assert series(scraped, "jobtree_preempted_gpus_total", kind="DropSpare", namespace="team") == 2
+    outcomes = {dict(lbl)["outcome"]: v for (n, lbl), v in scraped.items()
+                if n == "jobtree_reservation_activations_total"}
+    assert outcomes == {"Activated": 1, "NotPlaceable": 1, "Other": 1}
+    assert series(scraped, "jobtree_reservation_activations_total", outcome="Activated", scope="H100/d1") == 1
     assert series(scraped, "jobtree_workqueue_depth") == 7
     assert series(scraped, "jobtree_leader") == 1
     assert series(scraped, "jobtree_last_reconcile_timestamp_seconds") > 1.7e9

@@ -223,7 +223,7 @@ def test_the_batch_that_expands_a_resync_is_observed_like_any_other():
         def observe_reconcile(self, seconds: float) -> None:
             self.durations.append(seconds)
 
-        def update_fleet(self, snapshot, at, book=None) -> None:
+        def update_fleet(self, snapshot, at, book=None, phases=None) -> None:
             self.fleets += 1
 
     seen = Seen()

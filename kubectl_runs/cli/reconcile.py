@@ -51,6 +51,10 @@ def leader_namespace(explicit: str | None) -> str:
               help="Also keep the GPULease ledger: mint and close leases, create and activate Reservations.")
 @click.option("--resync-period", default="5m", show_default=True, metavar="DURATION",
               help="Look at every object again this often, changed or not.")
+@click.option("--status-interval", default="30s", show_default=True, metavar="DURATION",
+              help="Write a Run's or Reservation's figures that follow the rest of the fleet (a pending Run's "
+                   "deficits, remedies and forecast) at most this often; a change of phase, reason, width or a "
+                   "condition's status is written at once. 0 writes every change at once.")
 @click.option("--metrics-addr", default=":8080", show_default=True, metavar="ADDR",
               help="Serve /metrics, /healthz and /readyz here (HOST:PORT or :PORT); 0 disables.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True,
@@ -72,7 +76,7 @@ def leader_namespace(explicit: str | None) -> str:
 @global_options
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool, resync_period: str,
-              metrics_addr: str, leader_elect: bool, leader_election_namespace: str | None,
+              status_interval: str, metrics_addr: str, leader_elect: bool, leader_election_namespace: str | None,
               leader_election_id: str, identity: str | None, min_run_time: str, victim_protection: str,
               eta_grace: str) -> int:
     """Watch Budgets, Runs, Reservations, GPULeases and Nodes and write what the reports compute into status:
@@ -90,6 +94,7 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
     if opts.snapshots:
         raise UsageError("reconcile works on a live cluster: --snapshot cannot be used with it")
     period = parse_duration(resync_period, "--resync-period")
+    interval = parse_duration(status_interval, "--status-interval", zero=True)
     once = once or dry_run
     windows = {name: parse_duration(text, flag, zero=True) for name, text, flag in (
         ("min_run_time", min_run_time, "--min-run-time"), ("victim_protection", victim_protection, "--victim-protection"),
@@ -106,7 +111,8 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
     source = opts.source(None)
     make_api = make_api_factory(source)
     settings = Settings(once=once, dry_run=dry_run, resync_period=period, manage_leases=manage_leases,
-                        request_timeout=opts.timeout_seconds() or 30.0)
+                        request_timeout=opts.timeout_seconds() or 30.0,
+                        status_interval=interval)
     _preflight(make_api, settings.request_timeout, None if once or not leader_elect else
                (leader_namespace(leader_election_namespace), leader_election_id))
     metrics = server = elector = None

@@ -56,6 +56,7 @@ from .status import (
     next_change,
     status_writes,
 )
+from .throttle import StatusThrottle
 
 FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
 RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
@@ -234,6 +235,7 @@ class Settings:
     manage_leases: bool = False
     request_timeout: float = 30.0
     once_attempts: int = 5  # --once: tries per write before giving up on it
+    status_interval: float = 30.0  # --status-interval: figures that follow the fleet, at most this often
 
 
 class Reconciler:
@@ -263,6 +265,8 @@ class Reconciler:
         text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
         self._kill_after = (text, int(nth or 1)) if text else None
         self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
+        self.throttle = StatusThrottle(0 if settings.once or settings.dry_run else settings.status_interval,
+                                       self.queue.add_after)
         # the last compute(): (snapshot before the ledger's writes, those writes, the Evaluation of the snapshot
         # after them), from which the fleet gauges are recomputed once the batch is written
         self._evaluated: tuple[Snapshot, list[AnyWrite], Evaluation] | None = None
@@ -500,8 +504,12 @@ class Reconciler:
                                    at)
             objects = [k for k in objects if k not in budgets]
         ledger_writes, writes = self.compute(objects, at, view=view, evaluation=evaluation)
-        outcomes += self.apply(ledger_writes, writes, at)
+        outcomes += self.apply(ledger_writes, self.throttle.filter(writes, stored, objects), at)
         self._refresh_fleet(at, outcomes)
+        for outcome in outcomes:
+            write = outcome.write
+            if isinstance(write, PatchStatus) and outcome.outcome in (OK, GONE):
+                self.throttle.wrote((write.kind, write.namespace, write.name))
         failed: set[ObjKey] = set()
         for outcome in outcomes:
             if outcome.retry:

@@ -256,6 +256,13 @@ def _first(plan: Plan, codes: tuple[str, ...]) -> tuple[str, str] | None:
     return found[0].code, "; ".join(r.message for r in found)
 
 
+def _enough(need: int, done: str) -> str:
+    """A True condition's message: the Run's own need only. The fleet's free or fundable GPUs change with every
+    other Run's lease; quoting them here rewrote every Run of the flavor on each lease change (``plan`` and the
+    metrics give them)."""
+    return "it needs no more GPUs" if need == 0 else f"the {need} GPUs it needs can be {done}"
+
+
 def run_status(ev: Evaluation, run: Run, generation: int, stored: Mapping[str, Any]) -> dict:
     """Width, funding, plan, phase, reason, message, pendingReservation, earliestStart and the conditions of a
     Run: what ``kubectl runs plan`` computes, without the clock in its text."""
@@ -290,14 +297,12 @@ def run_status(ev: Evaluation, run: Run, generation: int, stored: Mapping[str, A
         funding_reason = _first(plan, FUNDING_CODES)
         capacity_reason = _first(plan, CAPACITY_CODES)
         if plan.funding_deficit == 0 and funding_reason is None:
-            conditions.append(_condition("Funded", True, "Funded",
-                                         f"{plan.fundable} GPUs can be funded; it needs {plan.need}", generation))
+            conditions.append(_condition("Funded", True, "Funded", _enough(plan.need, "funded"), generation))
         else:
             code, text = funding_reason or (INSUFFICIENT_BUDGET, f"only {plan.fundable} of {plan.need} can be funded")
             conditions.append(_condition("Funded", False, code, text, generation))
         if plan.capacity_deficit == 0 and capacity_reason is None:
-            conditions.append(_condition("Placeable", True, "Placeable",
-                                         f"{plan.placeable} GPUs can be placed; it needs {plan.need}", generation))
+            conditions.append(_condition("Placeable", True, "Placeable", _enough(plan.need, "placed"), generation))
         else:
             code, text = capacity_reason or (INSUFFICIENT_CAPACITY, f"only {plan.placeable} of {plan.need} fit")
             conditions.append(_condition("Placeable", False, code, text, generation))

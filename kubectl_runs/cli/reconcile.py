@@ -5,6 +5,7 @@ fast."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import socket
 import click
 
 from ..errors import UsageError, UserError
+from ..reconciler.ratelimit import DEFAULT_BURST, DEFAULT_QPS, UNLIMITED
 from .options import GlobalOptions, global_options
 
 DEFAULT_LEADER_NAMESPACE = "kubectl-runs-system"
@@ -30,6 +32,17 @@ def parse_duration(text: str, flag: str, *, zero: bool = False) -> float:
     if seconds < 0 or (seconds == 0 and not zero):
         raise UsageError(f"{flag}: must be more than 0")
     return seconds
+
+
+def rate_limit(qps: float, burst: int) -> tuple[float, int] | None:
+    """(qps, burst) of the client-side rate limiter, or None for ``--kube-api-qps -1`` (no limit)."""
+    if qps == UNLIMITED:
+        return None
+    if not 0 < qps < math.inf:  # 0, any other negative number, NaN, inf
+        raise UsageError(f"--kube-api-qps: must be more than 0 (requests per second), or -1 for no limit; not {qps:g}")
+    if burst < 1:
+        raise UsageError(f"--kube-api-burst: must be at least 1 (requests at once), not {burst}")
+    return qps, burst
 
 
 def leader_namespace(explicit: str | None) -> str:
@@ -73,12 +86,17 @@ def leader_namespace(explicit: str | None) -> str:
 @click.option("--eta-grace", default="15m", show_default=True, metavar="DURATION",
               help="With --manage-leases: a Run whose reported completion is within this of an activation is not "
                    "a victim (it frees its GPUs by itself); the activation waits for it instead.")
+@click.option("--kube-api-qps", type=float, default=DEFAULT_QPS, show_default=f"{DEFAULT_QPS:g}", metavar="QPS",
+              help="Client-side rate limit: requests per second to the API server, sustained (lists, watches when "
+                   "opened, status patches, creates, Events; not the leader-election Lease); -1: no limit.")
+@click.option("--kube-api-burst", type=int, default=DEFAULT_BURST, show_default=True, metavar="N",
+              help="Client-side rate limit: requests that may go out at once before --kube-api-qps paces them.")
 @global_options
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool, resync_period: str,
               status_interval: str, metrics_addr: str, leader_elect: bool, leader_election_namespace: str | None,
               leader_election_id: str, identity: str | None, min_run_time: str, victim_protection: str,
-              eta_grace: str) -> int:
+              eta_grace: str, kube_api_qps: float, kube_api_burst: int) -> int:
     """Watch Budgets, Runs, Reservations, GPULeases and Nodes and write what the reports compute into status:
     Budget usage and headroom per envelope, Run width/funding/plan/phase with Ready, Funded and Placeable
     conditions, Reservation forecasts. Only status, only when it changed (a resync of an unchanged fleet writes
@@ -105,30 +123,39 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
             raise UsageError("--at decides as of a past or future instant: use it with --once or --dry-run (a "
                              "watching reconciler runs on the wall clock)")
         fixed_at = opts.evaluation_time(None)
+    limits = rate_limit(kube_api_qps, kube_api_burst)
     from ..reconciler.loop import Logger, Reconciler, Settings, make_api_factory
+    from ..reconciler.ratelimit import TokenBucket, limited_factory
 
     log = Logger()
     source = opts.source(None)
-    make_api = make_api_factory(source)
+    make_api = make_api_factory(source)  # unlimited: the leader elector's (its Lease renewals never wait)
+    limiter = TokenBucket(*limits) if limits is not None else None
+    limited = limited_factory(make_api, limiter, log)  # every other client: one bucket for all of them
     settings = Settings(once=once, dry_run=dry_run, resync_period=period, manage_leases=manage_leases,
                         request_timeout=opts.timeout_seconds() or 30.0,
                         status_interval=interval)
-    _preflight(make_api, settings.request_timeout, None if once or not leader_elect else
+    _preflight(limited, settings.request_timeout, None if once or not leader_elect else
                (leader_namespace(leader_election_namespace), leader_election_id))
     metrics = server = elector = None
     if not once and metrics_addr not in ("0", ""):
         metrics, server = _metrics(metrics_addr, log, leader_elect)
+        if limiter is not None:
+            limiter.observe = metrics.observe_rate_limit_wait
+    log("client rate limit", qps=f"{limits[0]:g}" if limits else "unlimited", burst=limits[1] if limits else None)
     if not once and leader_elect:
         elector = _elector(make_api, leader_namespace(leader_election_namespace), leader_election_id,
                            identity or f"{socket.gethostname()}_{os.getpid()}", log)
     ledger = _ledger(windows) if manage_leases else None
     clock = {} if fixed_at is None else {"clock": lambda: fixed_at}
-    reconciler = Reconciler(make_api, settings, log=log, metrics=metrics, elector=elector, ledger=ledger, **clock)
+    reconciler = Reconciler(limited, settings, log=log, metrics=metrics, elector=elector, ledger=ledger, **clock)
 
     def stop(signum, _frame) -> None:
         log("signal", signal=signal.Signals(signum).name)
         reconciler.stop.set()
         reconciler.queue.shutdown()
+        if limiter is not None:
+            limiter.close()  # a request still waiting for its token is not sent
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

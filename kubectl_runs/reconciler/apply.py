@@ -10,9 +10,11 @@
 - ``ReportEvent``: an events.k8s.io/v1 Event about a ledger decision (events.py), its name deterministic too
   (409 = already said); ``eventTime`` is the batch's instant, ``reportingInstance`` this replica.
 
-Before every write the leader elector is asked; a replica that does not lead writes nothing. A failure that may
-pass (forbidden, unreachable, conflict, 5xx) is returned as ``retry`` so the loop requeues the object with
-backoff; nothing here raises into the loop. Every outcome is counted and logged, one line per action."""
+Before every write the leader elector is asked; a replica that does not lead writes nothing. Every request
+waits for the client-side rate limiter first (``--kube-api-qps``/``--kube-api-burst``: ``api`` is wrapped by
+ratelimit.py's RateLimitedApi); one still waiting when the reconciler stops is not sent (outcome ``error``, not
+counted as an API error). A failure that may pass (forbidden, unreachable, conflict, 5xx) is returned as
+``retry`` so the loop requeues the object with backoff; nothing here raises into the loop. Every outcome is counted and logged, one line per action."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from urllib.parse import quote
 from ..model import GROUP, VERSION
 from ..timeutil import rfc3339
 from .actions import AnyWrite, Create, ObjectRef, PatchStatus, RecordEvent, ReportEvent
-from .cache import ApiError, Cache, decode_entry, request
+from .cache import STOPPING, ApiError, Cache, decode_entry, request
 from .status import event_name
 
 PLURALS = {"Budget": "budgets", "Run": "runs", "Reservation": "reservations", "GPULease": "gpuleases"}
@@ -205,6 +207,8 @@ class Applier:
         return Outcome(write, ERROR, f"unknown write {type(write).__name__}")
 
     def _failed(self, write: AnyWrite, exc: ApiError) -> Outcome:
+        if exc.reason == STOPPING:  # held by the client-side rate limiter until the reconciler stopped: not sent
+            return Outcome(write, ERROR, exc.message)
         if self.metrics is not None:
             verb = "patch" if isinstance(write, PatchStatus) else "create"
             events = isinstance(write, (RecordEvent, ReportEvent))

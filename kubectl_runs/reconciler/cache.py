@@ -26,10 +26,12 @@ import msgspec
 from ..model import KINDS, Snapshot
 from ..sources.cluster import RESOURCES, Resource, _status_message
 from ..sources.files import _field_error
+from .ratelimit import RateLimiterClosed
 from .status import STATUS_KINDS, BadObject, ObjKey, Stored
 
 WATCH_TIMEOUT_SECONDS = 300  # the server ends a watch after this; it is resumed from the last version
 LIST_CHUNK = 500
+STOPPING = "Stopping"  # ApiError.reason of a request the rate limiter held until the reconciler stopped
 
 
 # --- decoding ----------------------------------------------------------------------------------------------
@@ -256,6 +258,8 @@ def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | 
                                      header_params=headers, body=body, auth_settings=["BearerToken"])
     try:
         response = api.call_api(*serialized, _request_timeout=timeout)
+    except RateLimiterClosed as exc:  # stopping while it waited for the client-side rate limiter: never sent
+        raise ApiError(0, STOPPING, str(exc)) from None
     except Exception as exc:  # urllib3 transport errors, or an ApiException raised before a response
         status = getattr(exc, "status", 0) or 0
         if status:

@@ -37,6 +37,9 @@ Work of the reconciler:
 - ``jobtree_reconcile_duration_seconds`` (histogram), ``jobtree_last_reconcile_timestamp_seconds``;
 - ``jobtree_api_writes_total{kind,action,outcome}`` — outcome ok|exists|gone|conflict|forbidden|error;
 - ``jobtree_api_errors_total{verb,resource,reason}``;
+- ``jobtree_client_rate_limit_wait_seconds`` (histogram) — seconds each API request waited for the client-side
+  rate limiter (``--kube-api-qps``/``--kube-api-burst``, reconciler/ratelimit.py) before it was sent; its
+  ``_count`` is every request through the limiter (not the leader election's: they are exempt);
 - ``jobtree_workqueue_depth``, ``jobtree_leader`` (1 while this replica writes: always without leader election,
   while it holds the Lease with it; 0 on a standby), ``jobtree_ready``;
 - ``jobtree_build_info{version}``.
@@ -72,6 +75,7 @@ log = logging.getLogger("kubectl_runs.reconciler.metrics")
 
 OUTCOMES = ("ok", "exists", "gone", "conflict", "forbidden", "error")
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+RATE_LIMIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 ACTIVATED = "Activated"
 #: outcomes of jobtree_reservation_activations_total besides Activated: the reasons a due Reservation fails with
 FAILED_REASONS = ("NotEnoughToFree", "NotPlaceable", "NotFunded", "NotAuthorized")
@@ -126,6 +130,11 @@ class ReconcilerMetrics:
             "namespace of the Run that lost them.",
             DECISION_LABELS, registry=r,
         )
+        self.rate_limit_wait = Histogram(
+            "jobtree_client_rate_limit_wait_seconds",
+            "Seconds an API request waited for the client-side rate limiter (--kube-api-qps, --kube-api-burst) "
+            "before it was sent.", buckets=RATE_LIMIT_BUCKETS, registry=r,
+        )
         self.queue_depth = Gauge("jobtree_workqueue_depth", "Keys waiting in the work queue.", registry=r)
         self.leader = Gauge("jobtree_leader",
                             "1 while this replica writes (always without leader election; while it holds the "
@@ -150,6 +159,10 @@ class ReconcilerMetrics:
 
     def count_api_error(self, verb: str, resource: str, reason: str) -> None:
         self.api_errors.labels(verb=verb, resource=resource, reason=reason).inc()
+
+    def observe_rate_limit_wait(self, seconds: float) -> None:
+        """One request let through by the client-side rate limiter after ``seconds`` of waiting (0: at once)."""
+        self.rate_limit_wait.observe(seconds)
 
     def set_queue_depth(self, depth: int) -> None:
         self.queue_depth.set(depth)

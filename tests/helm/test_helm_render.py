@@ -175,6 +175,19 @@ def test_values_for_image_leader_election_args_scheduling_and_archive_storage(he
     assert job["containers"][0]["image"] == "registry.local/kr:v9.9.9"
 
 
+def test_kube_api_rate_limits_are_args_only_when_set(helm):
+    """kubeAPI.qps/burst become --kube-api-qps/--kube-api-burst; unset (the default) they are not passed at all, so
+    the reconciler's own defaults apply and the default rendering stays that of the kustomize base."""
+    (dep,) = by_kind(helm_template(helm, "--set", "kubeAPI.qps=200", "--set", "kubeAPI.burst=400", crds=False),
+                     "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--kube-api-qps=200", "--kube-api-burst=400"]
+    (dep,) = by_kind(helm_template(helm, "--set", "kubeAPI.qps=-1", crds=False), "Deployment")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--kube-api-qps=-1"
+    (dep,) = by_kind(helm_template(helm, crds=False), "Deployment")
+    assert not [a for a in dep["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--kube-api")]
+
+
 def test_one_replica_without_leader_election(helm):
     objs = helm_template(helm, "--set", "leaderElection.enabled=false", "--set", "replicas=1", crds=False)
     (dep,) = by_kind(objs, "Deployment")

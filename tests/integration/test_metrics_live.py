@@ -271,6 +271,11 @@ def test_every_listed_metric_after_a_real_activation(cp, tmp_path):
         assert one(scraped, "jobtree_api_writes_total", kind="Reservation", action="Create", outcome="ok") == 1
         assert one(scraped, "jobtree_api_writes_total", kind="Reservation", action="PatchStatus", outcome="ok") >= 2
         assert not [lbl for lbl in select(scraped, "jobtree_api_errors_total") if ("reason", "Forbidden") in lbl]
+        # every request went through the client-side rate limiter (default 50/100: a fleet this small never waits
+        # long): at least the writes, the informers' lists and watches
+        written = sum(select(scraped, "jobtree_api_writes_total").values())
+        assert one(scraped, "jobtree_client_rate_limit_wait_seconds_count") >= written + 2 * 5
+        assert 0 <= one(scraped, "jobtree_client_rate_limit_wait_seconds_sum") < 1.0
         _lints_clean(text)
     finally:
         rec.stop()

@@ -196,3 +196,43 @@ def test_troubleshooting_quotes_the_ignored_kind_note(capsys, workdir, monkeypat
     note = err.splitlines()[0]
     assert note.startswith("note: ignored")
     assert f"`{note}`" in (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+
+# A file named in prose (``API.md``, ``reconciler/ledger.py``) must be one a reader of the repository can open:
+# relative to the page, to the repository root, or the tail of a tracked path. These name files the commands
+# write, a Python module (msgspec.json) or an upstream source, not files of the repository; bench/out/ is what the
+# benchmarks generate.
+NAMED_ELSEWHERE = {"fleet.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json"}
+FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:md|py|yaml|yml|json|sh|toml|go))(?![\w/])")
+
+
+def files_named_in_prose(page: Path) -> list[str]:
+    text = re.sub(r"https?://\S+", "", FENCE.sub("", page.read_text(encoding="utf-8")))
+    return FILE_NAME.findall(text)
+
+
+def _missing_files(pages: list[Path], tracked: list[str]) -> list[tuple[str, str]]:
+    missing = []
+    for page in pages:
+        for name in files_named_in_prose(page):
+            if (name in NAMED_ELSEWHERE or name.startswith("bench/out/") or (page.parent / name).exists()
+                    or (ROOT / name).exists()):
+                continue
+            if not any(path.endswith("/" + name) for path in tracked):
+                missing.append((page.name, name))
+    return missing
+
+
+def test_every_file_named_in_the_docs_is_in_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    pages = [*PAGES, ROOT / "crds" / "README.md", ROOT / "bench" / "RESULTS.md"]
+    assert _missing_files(pages, tracked) == []
+
+
+def test_the_file_name_check_catches_a_contract_outside_the_repository(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("The seed is the one of API.md §4 (see `kubectl_runs/model.py`, `ledger.py` and fleet.json).\n"
+                    "```\nnot-prose.md\n```\n")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert files_named_in_prose(page) == ["API.md", "kubectl_runs/model.py", "ledger.py", "fleet.json"]
+    assert _missing_files([page], tracked) == [("page.md", "API.md")]

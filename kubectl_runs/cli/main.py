@@ -48,6 +48,13 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attribute)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand:  # click suggests from the loaded commands: none here yet
+            raise click.exceptions.NoSuchCommand(str(args[0]), possibilities=self.list_commands(ctx),
+                                                 ctx=ctx) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
         with formatter.section("Commands"):
@@ -85,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         return _write_failed(exc)
 
 
+def _close_options(name: str, candidates) -> list[str]:
+    """Click compares option names with their dashes, so ``--watch`` looked like ``--at``: compare the words."""
+    import difflib
+
+    word = name.lstrip("-")
+    return [c for c in candidates if difflib.SequenceMatcher(None, word, c.lstrip("-")).ratio() >= 0.6]
+
+
 def _main(args: list[str]) -> int:
     try:
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False, complete_var="_KUBECTL_RUNS_COMPLETE")
@@ -96,6 +111,8 @@ def _main(args: list[str]) -> int:
         click.echo(exc.ctx.get_help())
         return int(ExitCode.OK)
     except click.UsageError as exc:
+        if isinstance(exc, click.exceptions.NoSuchOption):
+            exc.possibilities = _close_options(exc.option_name, exc.possibilities or ())
         # kubectl's shape: the problem on one line, then where to read about the command.
         message = exc.format_message().replace("\n", " ")
         click.echo(f"error: {message[:1].lower()}{message[1:]}", err=True)

@@ -90,3 +90,20 @@ def test_through_the_installed_program():
         "csv,json,table,wide,yaml",
         "See 'kubectl runs budgets usage --help' for usage.",
     ]
+
+
+@pytest.mark.parametrize(("args", "first_line"), [
+    (["budgts"], "error: no such command 'budgts'. Did you mean 'budgets'?"),
+    (["budget", "usage"], "error: no such command 'budget'. Did you mean 'budgets'?"),
+    (["seed", "verify"], "error: no such command 'seed'. Did you mean 'seeds'?"),
+    (["plans", "x"], "error: no such command 'plans'. (Did you mean one of: 'explain', 'plan'?)"),
+    (["budgets", "usge"], "error: no such command 'usge'. Did you mean 'usage'?"),
+    (["xyzzy"], "error: no such command 'xyzzy'."),
+    (["budgets", "usage", "--flavour", "x"], "error: no such option '--flavour'. Did you mean '--flavor'?"),
+    # compared without their dashes: --watch is nothing like --at
+    (["budgets", "usage", "--watch"], "error: no such option '--watch'."),
+])
+def test_a_misspelling_gets_a_suggestion_at_every_level(capsys, args, first_line):
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.splitlines()[0] == first_line

@@ -11,9 +11,15 @@ from .frozen import ensure_duckdb
 
 ensure_duckdb()  # the single-file executable unpacks DuckDB on first use (archive/frozen.py)
 
-import duckdb  # noqa: E402
-
 from .manifest import ArchiveError  # noqa: E402
+
+try:
+    import duckdb
+except ImportError as exc:  # an install without it (an older `pip install .`, a trimmed environment)
+    raise ArchiveError(
+        f"the lease archive needs the duckdb package, which is not importable here ({exc}): "
+        "pip install 'duckdb>=1.4,<3' (or reinstall kubectl-runs), or use the single-file executable"
+    ) from None
 from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION  # noqa: E402
 
 Error = duckdb.Error

@@ -27,6 +27,11 @@ MIN_PROSE_WIDTH = 30
 
 # C0 and C1 controls (newlines, ESC, CSI) and the bidirectional overrides that can make a cell read backwards
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]+")
+# Invisible format characters (zero-width space/joiners, marks, word joiner, BOM, soft hyphen, tags): shown as
+# \uXXXX, so that "team\u200b" cannot pass for "team" in a table or a spreadsheet.
+_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u2060-\u2064\ufeff\U000e0000-\U000e007f]")
+# OWASP's CSV injection rule: a cell a spreadsheet would read as a formula starts with one of these.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def check_format(fmt: str, allowed: Sequence[str]) -> str:
@@ -215,14 +220,22 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, datetime):
         return _rfc3339(value)
     if isinstance(value, (list, tuple)):
-        return clean(";".join(str(v) for v in value))
+        return _not_a_formula(clean(";".join(str(v) for v in value)))
     if isinstance(value, str):
-        return clean(value)
+        return _not_a_formula(clean(value))
     return value
 
 
+def _not_a_formula(text: str) -> str:
+    """A text cell that a spreadsheet would run as a formula gets a leading apostrophe (OWASP): numbers stay
+    numbers (they are not strings here), and no name of a Kubernetes object starts with these characters."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def clean(text: str) -> str:
-    """No newlines or terminal escapes inside a cell: names come from other people's objects."""
+    """No newlines or terminal escapes inside a cell, and no invisible characters: names come from other
+    people's objects."""
+    text = _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return _UNSAFE.sub(" ", text)
 
 

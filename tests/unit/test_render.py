@@ -297,3 +297,33 @@ def test_the_format_registry_drives_the_help_the_completion_and_the_dispatch():
     assert _complete_formats(None, None, "") == names and _complete_formats(None, None, "y") == ["yaml"]
     help_text = " ".join(CliRunner().invoke(cli, ["budgets", "usage", "--help"]).output.split())
     assert "Output format: table, wide, json, yaml, or csv (tabular reports)." in help_text
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_neutralized(tmp_path, capsys):
+    """OWASP's CSV injection rule, through the CLI: an owner string from someone's Budget that starts with = + - @
+    is written with a leading apostrophe; numbers stay numbers."""
+    import csv
+    import io
+
+    from builders import budget, run_cli, write_fleet
+
+    hostile = ["=HYPERLINK(\"http://x\",\"click\")", "+1+1", "-2+3", "@SUM(A1)"]
+    fleet = write_fleet(tmp_path / "f.yaml", [budget(f"b{i}", owner=owner) for i, owner in enumerate(hostile)])
+    code, out, _err = run_cli(capsys, "budgets", "usage", "--snapshot", fleet, "--at", "2025-11-20T12:00:00Z",
+                              "-o", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    owners = sorted(row["OWNER"] for row in rows)
+    assert owners == sorted("'" + owner for owner in hostile)
+    assert all(not row["CONCURRENCY"].startswith("'") for row in rows)
+
+
+def test_invisible_characters_are_shown_escaped_in_tables_and_csv(tmp_path, capsys):
+    from builders import budget, run_cli, write_fleet
+
+    fleet = write_fleet(tmp_path / "f.yaml", [budget("b", owner="org:team\u200b\ufeff")])
+    for fmt in ("wide", "csv"):
+        code, out, _err = run_cli(capsys, "budgets", "usage", "--snapshot", fleet, "--at", "2025-11-20T12:00:00Z",
+                                  "-o", fmt)
+        assert code == 0
+        assert "org:team\\u200b\\ufeff" in out and "\u200b" not in out and "\ufeff" not in out

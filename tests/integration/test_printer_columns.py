@@ -36,4 +36,7 @@ def test_future_earliest_start_is_readable(cluster):
         assert "EARLIESTSTART" in wide.splitlines()[0]
         assert FUTURE in wide and "<invalid>" not in wide, wide
     finally:
+        # The objects first: this control plane runs no namespace controller, so a deleted namespace keeps what
+        # is in it (Terminating) and other tests that read "the first Reservation" would meet this one.
+        cluster.kubectl("delete", "reservations,runs", "--all", "-n", NS, "--wait=true", check=False)
         cluster.kubectl("delete", "namespace", NS, "--wait=false")

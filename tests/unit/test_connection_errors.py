@@ -252,3 +252,26 @@ def test_malformed_server_addresses_are_one_line(tmp_path, server):
     assert done.returncode == 1 and done.stdout == "", done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr and "Warning" not in done.stderr
+
+
+def test_troubleshooting_quotes_these_lines():
+    """The rows of docs/troubleshooting.md say what the CLI says (with example addresses)."""
+    from pathlib import Path
+
+    from kubectl_runs.sources import kubeclient, transport
+
+    table = (Path(__file__).parents[2] / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    server = "https://10.0.0.1:6443"
+    assert f"`error: unable to connect to the server at {server}: {UNKNOWN_AUTHORITY}`" in table
+    assert transport.UNKNOWN_AUTHORITY_HINT in UNKNOWN_AUTHORITY
+    for words in ("x509: certificate is not valid for 10.0.0.1 (the server's certificate names other hosts: use the "
+                  "address it was made for, or set tls-server-name in the kubeconfig's cluster)`",
+                  "TLS handshake failed: the server did not answer in TLS (is this the API server's HTTPS port, or "
+                  "should the address be http://?)`",
+                  "connection reset by peer (is this the API server's address, or does a firewall or load balancer in "
+                  "between cut the connection?)`",
+                  "refused to open a tunnel to it (403 Forbidden; check HTTPS_PROXY in the environment and NO_PROXY)`",
+                  "(the default limit of a credential plugin; --request-timeout sets another)`",
+                  "executable not found (install it, or fix the kubeconfig user's exec.command)`"):
+        assert words in table, words
+    assert kubeclient.EXEC_TIMEOUT == 60.0 and "The limit is 60 s, 300 s when stdout is a terminal" in table

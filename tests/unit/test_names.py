@@ -207,3 +207,13 @@ def test_completion_never_lists_a_hostile_namespace(tmp_path, recorder, monkeypa
     assert _complete_names(ctx, "runs", "Run", "..%2f../") == []
     assert _complete_names(ctx, "runs", "Run", "Team/") == []
     assert recorder.requests == []
+
+
+@pytest.mark.parametrize("args", [["budgets", "usage", "-n", "Rai-Sys"], ["plan", "rai-sys/Pretrain_32"]])
+def test_troubleshooting_quotes_the_lines(capsys, args):
+    from pathlib import Path
+
+    code = main([*args, "--snapshot", "examples/fleet.yaml"])
+    first = capsys.readouterr().err.splitlines()[0]
+    assert code == 2
+    assert f"`{first}`" in (Path(__file__).parents[2] / "docs" / "troubleshooting.md").read_text(encoding="utf-8")

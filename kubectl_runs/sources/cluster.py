@@ -288,7 +288,8 @@ class Cluster:
             return self._timeout_error(*timed_out)
         configuration = self.api.configuration
         return ClusterError(describe(exc, self.server, configuration.proxy,
-                                     getattr(configuration, "_proxy_from_env", True)))
+                                     getattr(configuration, "_proxy_from_env", True),
+                                     tls_server_name=getattr(configuration, "tls_server_name", None)))
 
     def _timeout_error(self, phase: str, seconds: float | None) -> ClusterError:
         """One line naming the server, what it failed to do and the limit that fired."""

@@ -94,7 +94,8 @@ def timeout_of(exc: BaseException) -> tuple[str, float | None] | None:
     return None
 
 
-def describe(exc: BaseException, server: str, proxy: str | None = None, proxy_from_env: bool = True) -> str:
+def describe(exc: BaseException, server: str, proxy: str | None = None, proxy_from_env: bool = True, *,
+             tls_server_name: str | None = None) -> str:
     """One line for a transport failure that is not a timeout: ``unable to connect to the server at …: …``."""
     from urllib3.exceptions import NameResolutionError, ProxyError
 
@@ -104,7 +105,7 @@ def describe(exc: BaseException, server: str, proxy: str | None = None, proxy_fr
         return f"{where}: {_proxy_problem(proxy_error, server, proxy, proxy_from_env)}"
     verify = first(exc, ssl.SSLCertVerificationError)
     if verify is not None:
-        return f"{where}: {_verify_problem(verify, server)}"
+        return f"{where}: {_verify_problem(verify, server, tls_server_name)}"
     tls = first(exc, ssl.SSLError)
     if tls is not None:
         return f"{where}: {_tls_problem(tls, server)}"
@@ -128,11 +129,14 @@ def describe(exc: BaseException, server: str, proxy: str | None = None, proxy_fr
     return f"{where}: {_innermost_text(exc)}"
 
 
-def _verify_problem(error: BaseException, server: str) -> str:
+def _verify_problem(error: BaseException, server: str, tls_server_name: str | None) -> str:
     code = getattr(error, "verify_code", None)
     message = str(getattr(error, "verify_message", "") or "")
     host = urlsplit(server).hostname or server
     if code in _NAME_MISMATCH or "mismatch" in message:
+        if tls_server_name:  # the name checked is the kubeconfig's, not the address's
+            return (f"x509: certificate is not valid for {tls_server_name} (the tls-server-name of the kubeconfig's "
+                    "cluster is not among the names in the server's certificate)")
         return (f"x509: certificate is not valid for {host} (the server's certificate names other hosts: use "
                 "the address it was made for, or set tls-server-name in the kubeconfig's cluster)")
     if code in _EXPIRED or "expired" in message or "not yet valid" in message:

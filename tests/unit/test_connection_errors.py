@@ -275,3 +275,14 @@ def test_troubleshooting_quotes_these_lines():
                   "executable not found (install it, or fix the kubeconfig user's exec.command)`"):
         assert words in table, words
     assert kubeclient.EXEC_TIMEOUT == 60.0 and "The limit is 60 s, 300 s when stdout is a terminal" in table
+
+
+def test_a_tls_server_name_that_the_certificate_does_not_list(tmp_path, pki, servers):
+    """With tls-server-name the name checked is that one, and the line says so."""
+    server = servers(TlsServer(pki))
+    config = write_kubeconfig(tmp_path / "kc", server.url, ca=pki.path("ca.crt"),
+                              cluster_extra=", tls-server-name: kubernetes.example")
+    done, _ = plugin("budgets", "usage", "--kubeconfig", config)
+    assert_one_line(done, f"unable to connect to the server at {server.url}: x509: certificate is not valid for "
+                          "kubernetes.example (the tls-server-name of the kubeconfig's cluster is not among the names "
+                          "in the server's certificate)")

@@ -217,3 +217,20 @@ def test_troubleshooting_quotes_the_lines(capsys, args):
     first = capsys.readouterr().err.splitlines()[0]
     assert code == 2
     assert f"`{first}`" in (Path(__file__).parents[2] / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("written", ["../../api/v1", "Kube-System", "a" * 64])
+def test_the_pods_namespace_file_is_checked_too(tmp_path, monkeypatch, written):
+    """In a pod the Lease's namespace comes from the service account's namespace file: it goes into a path too."""
+    from kubectl_runs.cli import reconcile
+    from kubectl_runs.errors import UserError
+
+    path = tmp_path / "namespace"
+    path.write_text(written + "\n")
+    monkeypatch.setattr(reconcile, "_IN_CLUSTER_NAMESPACE", str(path))
+    with pytest.raises(UserError) as caught:
+        reconcile.leader_namespace(None)
+    assert str(caught.value.message).startswith(f"{path}: {shown(written)} is not a valid namespace: ")
+    assert str(caught.value.message).endswith("(give --leader-election-namespace)")
+    path.write_text("kubectl-runs-system\n")
+    assert reconcile.leader_namespace(None) == "kubectl-runs-system"

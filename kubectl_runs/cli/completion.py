@@ -87,10 +87,13 @@ def _complete_names(ctx: click.Context, attribute: str, kind: str, incomplete: s
 def _names(ctx: click.Context, attribute: str, kind: str, namespace: str | None = None) -> Iterable[str]:
     from dataclasses import replace
 
+    from ..sources.names import label_problem
     from .options import GlobalOptions
 
     opts = GlobalOptions.of(ctx)
     namespace = namespace or opts.object_namespace()
+    if label_problem(namespace):  # no object can be in it, and it goes into a request path
+        return []
     source = opts.source(namespace)
     if source.live and source.request_timeout is None:
         source = replace(source, request_timeout=COMPLETION_TIMEOUT)

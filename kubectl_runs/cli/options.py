@@ -51,21 +51,37 @@ class GlobalOptions:
     def object_namespace(self) -> str:
         """Commands on one object look in ``-n``, else the kubeconfig context's namespace, else default."""
         from ..sources import default_namespace
+        from ..sources.names import label_problem, shown
 
-        return self.namespace or default_namespace(self.kubeconfig, self.context)
+        if self.namespace:
+            return self.namespace
+        namespace = default_namespace(self.kubeconfig, self.context)
+        problem = label_problem(namespace)
+        if problem:  # it would go into request paths: refused as the API server would (a file to fix, exit 1)
+            raise UserError(f"the namespace {shown(namespace)} of the kubeconfig context is not a valid namespace: "
+                            f"{problem} (fix the context, or give -n)")
+        return namespace
 
     def object_ref(self, kind: str, name: str) -> tuple[str | None, str]:
         """The namespace and name of the one object a command is about (``plan RUN``, ``explain RUN``,
         ``seeds verify RESERVATION``): ``NAMESPACE/NAME``, else ``NAME`` in ``-n``, else in the kubeconfig
         context's namespace, else ``default``. With ``-A`` and a bare ``NAME`` the namespace is None: every
         namespace is searched (``find``). A ``NAMESPACE/`` that contradicts ``-n`` is a usage error."""
+        from ..sources.names import label_problem, shown, subdomain_problem
+
         namespace, slash, short = name.rpartition("/")
+        if slash and (not namespace or not short or "/" in namespace):
+            raise UsageError(f"{kind} {name!r}: write NAME or NAMESPACE/NAME")
+        problem = subdomain_problem(short)
+        if problem:
+            raise UsageError(f"{kind} name {shown(short)} is not a valid name: {problem}")
         if not slash:
             if self.all_namespaces:
                 return None, name
             return self.object_namespace(), name
-        if not namespace or not short or "/" in namespace:
-            raise UsageError(f"{kind} {name!r}: write NAME or NAMESPACE/NAME")
+        problem = label_problem(namespace)
+        if problem:
+            raise UsageError(f"{kind} {shown(name)}: {shown(namespace)} is not a valid namespace: {problem}")
         if self.namespace and self.namespace != namespace:
             raise UsageError(f"{kind} {name} is in namespace {namespace}, but -n says {self.namespace}: "
                              "give one of them")
@@ -234,6 +250,18 @@ def _store_at(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     _store("at")(ctx, param, value)
 
 
+def _store_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``-n`` is checked as it is parsed (a DNS-1123 label, as the API server checks it): it goes into request
+    paths, and ``-n ../../../api/v1`` must not name another resource."""
+    if value is not None:
+        from ..sources.names import label_problem, shown
+
+        problem = label_problem(value)
+        if problem:
+            raise click.UsageError(f"-n/--namespace {shown(value)} is not a valid namespace: {problem}", ctx=ctx)
+    _store("namespace")(ctx, param, value)
+
+
 def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     from ..formats import FORMATS
 
@@ -258,7 +286,7 @@ _GLOBAL_OPTIONS = (
                  help="Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config)."),
     click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
                  help="The kubeconfig context to use."),
-    click.option("-n", "--namespace", metavar="NS", callback=_store("namespace"), expose_value=False,
+    click.option("-n", "--namespace", metavar="NS", callback=_store_namespace, expose_value=False,
                  help="The namespace: of the object for plan/explain/seeds verify (or write NAMESPACE/NAME); "
                  "narrows reports."),
     click.option("-A", "--all-namespaces", is_flag=True, default=None, callback=_store("all_namespaces"),

@@ -50,9 +50,32 @@ def leader_namespace(explicit: str | None) -> str:
         return explicit
     try:
         with open(_IN_CLUSTER_NAMESPACE, encoding="utf-8") as handle:
-            return handle.read().strip() or DEFAULT_LEADER_NAMESPACE
-    except OSError:
+            namespace = handle.read().strip() or DEFAULT_LEADER_NAMESPACE
+    except (OSError, UnicodeDecodeError):
         return DEFAULT_LEADER_NAMESPACE
+    from ..sources.names import label_problem, shown
+
+    problem = label_problem(namespace)
+    if problem:
+        raise UserError(f"{_IN_CLUSTER_NAMESPACE}: {shown(namespace)} is not a valid namespace: {problem} "
+                        "(give --leader-election-namespace)")
+    return namespace
+
+
+def _valid(rule: str):
+    """A click callback refusing a value the API server would refuse in a path (exit 2, one line)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        from ..sources.names import label_problem, shown, subdomain_problem
+
+        problem = None if value is None else (label_problem if rule == "label" else subdomain_problem)(value)
+        if problem:
+            what = "namespace" if rule == "label" else "name"
+            raise click.UsageError(f"--{param.name.replace('_', '-')} {shown(value)} is not a valid {what}: {problem}",
+                                   ctx=ctx)
+        return value
+
+    return check
 
 
 @click.command("reconcile")
@@ -72,10 +95,10 @@ def leader_namespace(explicit: str | None) -> str:
               help="Serve /metrics, /healthz and /readyz here (HOST:PORT or :PORT); 0 disables.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True,
               help="Run as one of several replicas: only the holder of a coordination.k8s.io Lease writes.")
-@click.option("--leader-election-namespace", metavar="NS",
+@click.option("--leader-election-namespace", metavar="NS", callback=_valid("label"),
               help=f"Namespace of the Lease (default: the pod's namespace in a cluster, else "
                    f"{DEFAULT_LEADER_NAMESPACE}).")
-@click.option("--leader-election-id", default=DEFAULT_LEADER_ID, show_default=True, metavar="NAME",
+@click.option("--leader-election-id", default=DEFAULT_LEADER_ID, show_default=True, metavar="NAME", callback=_valid("subdomain"),
               help="Name of the Lease.")
 @click.option("--identity", metavar="ID", help="This replica's name in the Lease (default: <hostname>_<pid>).")
 @click.option("--min-run-time", default="1h", show_default=True, metavar="DURATION",

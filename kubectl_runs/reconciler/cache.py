@@ -26,6 +26,7 @@ import msgspec
 from ..model import KINDS, Snapshot
 from ..sources.cluster import RESOURCES, Resource, _status_message
 from ..sources.files import _field_error
+from ..sources.transport import describe
 from .ratelimit import RateLimiterClosed
 from .status import STATUS_KINDS, BadObject, ObjKey, Stored
 
@@ -264,7 +265,9 @@ def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | 
         status = getattr(exc, "status", 0) or 0
         if status:
             raise _error(status, getattr(exc, "body", None) or str(exc)) from None
-        raise ApiError(0, "Unreachable", _transport_text(exc, getattr(api.configuration, "host", "?"))) from None
+        configuration = api.configuration
+        raise ApiError(0, "Unreachable", _transport_text(exc, getattr(configuration, "host", "?"),
+                                                         getattr(configuration, "proxy", None))) from None
     if not 200 <= response.status <= 299:
         raise _error(response.status, response.read())
     if stream:
@@ -272,16 +275,12 @@ def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | 
     return response.read()
 
 
-def _transport_text(exc: Exception, server: str) -> str:
-    """One line, as the reports say it (sources/cluster.py)."""
+def _transport_text(exc: Exception, server: str, proxy: str | None = None) -> str:
+    """One line, as the reports say it (sources/transport.py)."""
     detail = f"{type(exc).__name__}: {exc}"
     if "timed out" in detail.lower() or "Timeout" in detail:
         return f"the server at {server} did not answer in time"
-    if "Connection refused" in detail or "Failed to establish" in detail:
-        return f"unable to connect to the server at {server}: connection refused"
-    if "CERTIFICATE_VERIFY_FAILED" in detail or "SSLError" in detail:
-        return f"unable to connect to the server at {server}: TLS verification failed"
-    return f"unable to connect to the server at {server}: {' '.join(detail.split())[:300]}"
+    return describe(exc, server, proxy)
 
 
 def _error(status: int, body: Any) -> ApiError:

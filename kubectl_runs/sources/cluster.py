@@ -11,8 +11,6 @@ refused or unreachable.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -22,12 +20,13 @@ from urllib.parse import quote
 
 import msgspec
 
-from ..errors import UserError
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
 from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
 from ..timeutil import parse_time, rfc3339
 from . import Source
 from .files import _Collector, gc_paused
+from .kubeclient import ClusterError, quiet_client_logging
+from .kubeclient import api_client as _api_client
 
 T = TypeVar("T")
 
@@ -59,7 +58,7 @@ class Resource:
     def path(self, namespace: str | None) -> str:
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
         if self.namespaced and namespace:
-            return f"{base}/namespaces/{quote(namespace)}/{self.plural}"
+            return f"{base}/namespaces/{quote(namespace, safe='')}/{self.plural}"
         return f"{base}/{self.plural}"
 
     @property
@@ -89,12 +88,6 @@ QUEUE_RESOURCES = (
     Resource("KaiwoJob", "kaiwojobs", KAIWO_API, namespaced=True),
     Resource("KaiwoService", "kaiwoservices", KAIWO_API, namespaced=True),
 )
-
-
-class ClusterError(UserError):
-    """The cluster refused or could not answer; the message is one line."""
-
-    forbidden = False
 
 
 class NotFound(ClusterError):
@@ -133,6 +126,7 @@ class Cluster:
 
     def __init__(self, source: Source):
         self.source = source
+        quiet_client_logging()
         self.api = _api_client(source)
         self.server = self.api.configuration.host
         self.timeout = source.request_timeout  # None: not given (the defaults apply); 0: no limit
@@ -287,20 +281,15 @@ class Cluster:
         return error(f"the server at {self.server} answered {status} for GET {path}: {message or 'no message'}")
 
     def _transport_error(self, exc: Exception) -> ClusterError:
-        timed_out = _timeout_of(exc)
+        from .transport import describe, timeout_of
+
+        timed_out = timeout_of(exc)
         if timed_out is not None:
             return self._timeout_error(*timed_out)
-        reason = getattr(exc, "reason", None)
-        detail = str(reason or exc)
-        if "Connection refused" in detail or "NewConnectionError" in detail or "Failed to establish" in detail:
-            return ClusterError(
-                f"unable to connect to the server at {self.server}: connection refused "
-                "(is the cluster up, and is this the right kubeconfig context?)"
-            )
-        if "CERTIFICATE_VERIFY_FAILED" in detail or "SSLError" in detail:
-            return ClusterError(f"unable to connect to the server at {self.server}: TLS verification failed")
-        return ClusterError(f"unable to connect to the server at {self.server}: {_one_line(detail)}")
-
+        configuration = self.api.configuration
+        return ClusterError(describe(exc, self.server, configuration.proxy,
+                                     getattr(configuration, "_proxy_from_env", True),
+                                     tls_server_name=getattr(configuration, "tls_server_name", None)))
 
     def _timeout_error(self, phase: str, seconds: float | None) -> ClusterError:
         """One line naming the server, what it failed to do and the limit that fired."""
@@ -323,9 +312,6 @@ class Cluster:
         return ClusterError(f"the server at {self.server} {doing} {limit}")
 
 
-_TIMEOUT_IN_TEXT = re.compile(r"\((connect|read) timeout=([0-9.]+)\)")
-
-
 def _shut(response: Any) -> None:
     """End a read that is still going: shut the response's connection down (the worker then sees its end)."""
     connection = getattr(getattr(response, "response", None), "connection", None)
@@ -333,29 +319,6 @@ def _shut(response: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-
-
-def _timeout_of(exc: BaseException) -> tuple[str, float | None] | None:
-    """("connect" | "read", the limit in seconds if urllib3 said it) when a transport error is a timeout.
-    urllib3 wraps them (MaxRetryError.reason); a TLS handshake that never ends is a read timeout of the
-    connect limit."""
-    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
-
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 5:
-        if isinstance(current, NewConnectionError):  # a subclass of ConnectTimeoutError, for history's sake
-            return None
-        if isinstance(current, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
-            match = _TIMEOUT_IN_TEXT.search(str(current))
-            phase = "connect" if isinstance(current, ConnectTimeoutError) else "read"
-            return phase, float(match.group(2)) if match else None
-        current = getattr(current, "reason", None) or current.__cause__ or current.__context__
-        seen += 1
-    if "timed out" in str(exc).lower():  # e.g. an SSLError wrapping a handshake that timed out
-        match = _TIMEOUT_IN_TEXT.search(str(exc))
-        return (match.group(1), float(match.group(2))) if match else ("read", None)
-    return None
 
 
 class _Expired(Exception):
@@ -379,68 +342,6 @@ def _status_message(body: Any) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _api_client(source: Source) -> Any:
-    """A configured ApiClient: kubeconfig (several files allowed) with context, else in-cluster config."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from .kubeconfig import read_kubeconfig
-
-    configuration = client.Configuration()
-    paths = source.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    files = [p for p in paths.split(os.pathsep) if p]
-    have_file = False
-    for path in files:  # checked first: the client's own errors on a bad file name no file (TypeError, …)
-        try:
-            read_kubeconfig(path)
-            have_file = True
-        except FileNotFoundError:
-            continue
-    named = ", ".join(files)
-    try:
-        if have_file:
-            config.load_kube_config(
-                config_file=source.kubeconfig, context=source.context, client_configuration=configuration
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            raise ClusterError(
-                f"no kubeconfig at {paths} and not running inside a cluster: "
-                "set KUBECONFIG or --kubeconfig, or read a file with --snapshot"
-            )
-    except ClusterError:
-        raise
-    except ConfigException as exc:
-        raise ClusterError(f"kubeconfig {named}: {_one_line(str(exc))}") from None
-    except Exception as exc:  # what the checks above missed: still one line naming the file, no Python type
-        raise ClusterError(f"kubeconfig {named}: not a valid kubeconfig: {_one_line(str(exc))}") from None
-    import urllib3
-
-    configuration.retries = _retry_class()(total=1)
-
-    # kubectl says nothing about insecure-skip-tls-verify on every request; neither do we (and a multi-line
-    # Python warning on stderr would break the one-line contract).
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    return client.ApiClient(configuration)
-
-
-def _retry_class() -> type:
-    """A urllib3 Retry that retries once (a pooled connection the server dropped), but not a timeout: a
-    request that timed out is given up on at once, so the limit said in the error is the time waited."""
-    import urllib3
-    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ReadTimeoutError
-
-    class RetryButNotTimeouts(urllib3.Retry):
-        def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):  # type: ignore[no-untyped-def]
-            timed_out = isinstance(error, (ConnectTimeoutError, ReadTimeoutError))
-            if timed_out and not isinstance(error, NewConnectionError):  # (refused: a subclass, not a timeout)
-                raise MaxRetryError(_pool, url, error) from error  # type: ignore[arg-type]
-            return super().increment(method, url, response, error, _pool, _stacktrace)
-
-    return RetryButNotTimeouts
 
 
 # --- what commands use ----------------------------------------------------------------------------------
@@ -522,7 +423,7 @@ def delete_leases(source: Source, leases: Iterable[GPULease],
         if meta.resource_version:
             preconditions["resourceVersion"] = meta.resource_version
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
-        status = cluster.delete(f"{resource.path(meta.namespace)}/{quote(meta.name)}", body)
+        status = cluster.delete(f"{resource.path(meta.namespace)}/{quote(meta.name, safe='')}", body)
         if status == 404:
             gone.append(lease.key)
         elif status == 409:

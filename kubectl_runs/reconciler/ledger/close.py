@@ -1,0 +1,34 @@
+"""Stage 1: close the open leases of finished Runs (``Completed``) and of deleted ones (gone, or marked for
+deletion: ``RunDeleted``), ``ended`` = the pass's instant (never before the lease's start)."""
+
+from __future__ import annotations
+
+from ...model import GPULease
+from ...timeutil import rfc3339
+from ..actions import PatchStatus
+from .options import COMPLETED, RUN_DELETED
+from .pass_state import PassState
+
+
+def close_finished(state: PassState) -> None:
+    runs = state.snap.runs_by_key
+    for lease in sorted(state.snap.leases, key=lambda x: x.key):
+        if lease.status.closed:
+            continue
+        run = runs.get(lease.run_key)
+        if run is None or run.metadata.deletion_timestamp is not None:
+            reason, why = RUN_DELETED, f"run {lease.run_key} was deleted"
+        elif run.finished:
+            reason, why = COMPLETED, f"run {lease.run_key} {run.status.phase}"
+        else:
+            continue
+        state.emit(PatchStatus(
+            kind="GPULease", namespace=lease.namespace, name=lease.name,
+            status={"closed": True, "ended": ended(state, lease), "closureReason": reason},
+            cause=f"{reason}: close {lease.key} ({lease.gpus} GPUs): {why}",
+        ))
+
+
+def ended(state: PassState, lease: GPULease) -> str:
+    """A closure's ``ended``: the pass's instant, never before the lease started."""
+    return rfc3339(max(state.at, lease.spec.start))

@@ -111,13 +111,17 @@ __all__ = [
     "ACTIVATED", "ACTIVE", "APPROVAL_ANNOTATION", "APPROVED", "COMPLETED", "FAILED", "GROUP_LABEL", "GROW",
     "MANAGED_BY", "MANAGED_BY_LABEL", "PENDING", "RELEASED", "ROLE_LABEL", "RUN_DELETED", "RUN_LABEL", "SPARE",
     "START", "LedgerOptions", "Objects", "PassState", "_Objects", "apply_writes", "authorized", "merge_patch",
-    "plan_ledger",
+    "plan_ledger", "run_pass", "second",
 ]
 
 
 def plan_ledger(snapshot: Snapshot, at: datetime, options: LedgerOptions | None = None) -> list[AnyWrite]:
     """The writes that bring the lease ledger and the Reservations of ``snapshot`` up to date at ``at``."""
-    state = PassState(snapshot, second(at), options or LedgerOptions())
+    return run_pass(PassState(snapshot, second(at), options or LedgerOptions()))
+
+
+def run_pass(state: PassState) -> list[AnyWrite]:
+    """Every stage in order over ``state``; the writes."""
     close_finished(state)
     finish_recorded(state)
     refuse_unauthorized(state)

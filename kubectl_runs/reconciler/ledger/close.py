@@ -12,16 +12,16 @@ from .pass_state import PassState
 
 def close_finished(state: PassState) -> None:
     runs = state.snap.runs_by_key
-    for lease in sorted(state.snap.leases, key=lambda x: x.key):
+    closing = []
+    for lease in state.snap.leases:
         if lease.status.closed:
             continue
         run = runs.get(lease.run_key)
         if run is None or run.metadata.deletion_timestamp is not None:
-            reason, why = RUN_DELETED, f"run {lease.run_key} was deleted"
+            closing.append((lease.key, lease, RUN_DELETED, f"run {lease.run_key} was deleted"))
         elif run.finished:
-            reason, why = COMPLETED, f"run {lease.run_key} {run.status.phase}"
-        else:
-            continue
+            closing.append((lease.key, lease, COMPLETED, f"run {lease.run_key} {run.status.phase}"))
+    for _, lease, reason, why in sorted(closing, key=lambda c: c[0]):  # by lease, as they are listed
         state.emit(PatchStatus(
             kind="GPULease", namespace=lease.namespace, name=lease.name,
             status={"closed": True, "ended": ended(state, lease), "closureReason": reason},

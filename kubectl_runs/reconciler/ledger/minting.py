@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...engine.funding import FundingSource, funding
-from ...engine.packing import NO_DOMAIN, candidate_nodes, group_unit, node_of
+from ...engine.funding import FundingSource
+from ...engine.packing import NO_DOMAIN, group_unit, node_of
 from ...engine.plan import Plan
 from ...model import API_VERSION, Node, Run
 from ...timeutil import rfc3339
@@ -56,19 +56,28 @@ class Minting:
         flavor = run.spec.resources.gpu_type
         self.flavor = flavor
         self.domain_scope = plan.capacity.domain_scope
-        self.nodes: list[Node] = candidate_nodes(snap, flavor, self.domain_scope)
-        self.node_by_name = {n.name: n for n in self.nodes}
+        # the candidate nodes (packing.candidate_nodes); of those, the ones with a free slot are all that
+        # placement can take from or compare (a node without one never fits a group nor gives it a slot)
+        self.candidates: dict[str, Node] = {n.name: n for n in plan.capacity.nodes}
         self.all_nodes = snap.nodes_by_name
-        used: set[str] = set()
-        for lease in snap.leases:
-            if not lease.status.closed or (lease.status.ended is not None and lease.status.ended > self.at):
-                used.update(lease.spec.slice.slots)
-        if owner.serving != run.key:  # what it lost in this pass went to the Run that took it
-            used.update(owner.victims.get(run.key, ()))
+        busy = owner.busy()  # slots of the leases not closed at the instant
+        lost = set(owner.victims.get(run.key, ())) if owner.serving != run.key else set()
+        # (what it lost in this pass went to the Run that took it)
         self.free: dict[str, list[int]] = {}
+        for node in plan.capacity.nodes:
+            name, held = node.name, busy.get(node.name)
+            if held or lost:
+                held = held or {}
+                ordinals = [i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost]
+            else:
+                ordinals = list(range(node.gpus))
+            if ordinals:
+                self.free[name] = ordinals
+        self.nodes: list[Node] = [n for n in plan.capacity.nodes if n.name in self.free]
+        self.domain_free: dict[str, int] = {}  # free slots by domain, kept as slots are picked
         for node in self.nodes:
-            ordinals = [i for i in range(node.gpus) if f"{node.name}#{i}" not in used]
-            self.free[node.name] = ordinals
+            domain = node.domain or NO_DOMAIN
+            self.domain_free[domain] = self.domain_free.get(domain, 0) + len(self.free[node.name])
         locality = run.spec.locality
         self.group_gpus = locality.group_gpus if locality else None
         self.spread = locality.allow_cross_group_spread if locality else True
@@ -88,11 +97,12 @@ class Minting:
         for lease in snap.leases_by_run.get(run.key, ()):
             k = (lease.spec.group, lease.spec.slice.role)
             self.counts[k] = self.counts.get(k, 0) + 1
-        self.taken_names = {x.name for x in snap.leases if x.namespace == run.namespace}
+        self.taken_names = owner.lease_names(run.namespace)  # shared: the names minted here go in self.named
+        self.named: set[str] = set()
         # preferred domain: an Activated reservation's
         self.reserved_domain = None
-        for r in sorted(snap.reservations, key=lambda r: r.key):
-            if r.spec.run_ref.key == run.key and r.status.state == ACTIVATED and r.spec.scope.domain:
+        for r in sorted(owner.evaluation().reservations_of(run.key), key=lambda r: r.key):
+            if r.status.state == ACTIVATED and r.spec.scope.domain:
                 self.reserved_domain = r.spec.scope.domain
 
     # --- domains and nodes -------------------------------------------------------------------------------------
@@ -102,11 +112,8 @@ class Minting:
         return (node.domain or NO_DOMAIN) if node is not None else NO_DOMAIN
 
     def _domain_free(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for node in self.nodes:
-            d = node.domain or NO_DOMAIN
-            out[d] = out.get(d, 0) + len(self.free[node.name])
-        return out
+        """Free slots by domain (a domain with none is left out: it never fits a group)."""
+        return self.domain_free
 
     def _run_domains(self) -> list[str]:
         """Domains where the run holds slots, most slots first."""
@@ -140,10 +147,13 @@ class Minting:
     def _pick(self, group: int, count: int, domain: str | None) -> list[str] | None:
         """``count`` free slots for ``group`` (in ``domain`` when given): the group's own nodes first, else the
         tightest single node, else the nodes with the most free GPUs; ordinals ascending."""
-        nodes = [n for n in self.nodes if domain is None or (n.domain or NO_DOMAIN) == domain]
+        def in_domain(node: Node) -> bool:
+            return domain is None or (node.domain or NO_DOMAIN) == domain
+
         own = {node_of(s) for s in self.group_slots.get(group, ())}
-        mine = sorted((n for n in nodes if n.name in own), key=lambda n: n.name)
-        others = [n for n in nodes if n.name not in own]
+        mine = sorted((self.candidates[x] for x in own if x in self.candidates and in_domain(self.candidates[x])),
+                      key=lambda n: n.name)  # free slots or not: the group's own nodes come first
+        others = [n for n in self.nodes if n.name not in own and in_domain(n)]
         free = self.free
         if not mine:
             fitting = [n for n in others if len(free[n.name]) >= count]
@@ -155,13 +165,15 @@ class Minting:
         for node in [*mine, *others]:
             if len(picked) >= count:
                 break
-            take = free[node.name][: count - len(picked)]
+            take = free.get(node.name, ())[: count - len(picked)]
             picked.extend(f"{node.name}#{i}" for i in take)
         if len(picked) < count:
             return None
         for slot in picked:
             name, _, ordinal = slot.rpartition("#")
             free[name].remove(int(ordinal))
+            node_domain = self.candidates[name].domain or NO_DOMAIN
+            self.domain_free[node_domain] -= 1
         self.group_slots.setdefault(group, []).extend(picked)
         return picked
 
@@ -204,7 +216,7 @@ class Minting:
         owner = plan.funding.owner
         if owner is None:
             return None
-        money = funding(self.book, run, candidate_nodes(self.snap, self.flavor, self.domain_scope))
+        money = plan.funding  # the funding walk on the candidate nodes, of this view's ledger
         sources = [[s, s.usable] for s in money.sources if s.usable > 0]
         out: list[tuple[dict, str]] = []
         missing_groups = [
@@ -259,11 +271,11 @@ class Minting:
         run = self.run
         k = (group, role)
         n = self.counts.get(k, 0)
-        while object_name(run.name, f"-g{group}-{role.lower()}-{n}") in self.taken_names:
+        while (taken := object_name(run.name, f"-g{group}-{role.lower()}-{n}")) in self.taken_names or taken in self.named:
             n += 1
         name = object_name(run.name, f"-g{group}-{role.lower()}-{n}")
         self.counts[k] = n + 1
-        self.taken_names.add(name)
+        self.named.add(name)
         body = {
             "apiVersion": API_VERSION,
             "kind": "GPULease",

@@ -38,8 +38,10 @@ from .pass_state import PassState
 
 
 def reserve(state: PassState) -> None:
+    # Each plan reads the current view (``plan_in_view``): the Reservations this stage writes are another Run's,
+    # which no other Run's plan reads (a plan reads its own Run's Reservations, and only Activated ones count
+    # for protections), so every plan is the one the view at the start of the stage gives.
     snap = state.snap
-    ev = state.evaluation()
     waiting_for: dict[str, list[Reservation]] = {}
     for reservation in sorted(snap.reservations, key=lambda r: r.key):
         if pending(reservation):
@@ -54,7 +56,7 @@ def reserve(state: PassState) -> None:
             for r in mine:
                 state.settle(r, RELEASED, "RunFinished", f"run {run_key} {run.status.phase}")
             continue
-        plan = plan_run(snap, run, state.at, evaluation=ev)
+        plan = plan_in_view(state, run)
         if plan.growing or plan.need == 0:
             for r in mine:
                 state.settle(r, RELEASED, "Started", f"run {run_key} started without it")
@@ -63,7 +65,6 @@ def reserve(state: PassState) -> None:
                 if r.status.state is None:  # created, its status not written yet (a crash, or this pass)
                     _pending_state(state, r)
     snap = state.snap
-    ev = state.evaluation()
     waiting = {r.spec.run_ref.key for r in snap.reservations if pending(r)}
     # a Run that lost GPUs to a lottery within the protection window takes none by a Reservation either: it
     # starts when GPUs are free, so one arrival sets off at most one lottery, never a chain of them
@@ -73,7 +74,7 @@ def reserve(state: PassState) -> None:
             continue
         if full(run, held(snap, run, state.at)):
             continue
-        plan = plan_run(snap, run, state.at, evaluation=ev)
+        plan = plan_in_view(state, run)
         if plan.blocked is not None or plan.need <= 0 or plan.deficit <= 0 or plan.growing:
             continue
         body = _reservation_body(state, run, plan)
@@ -86,6 +87,11 @@ def reserve(state: PassState) -> None:
                   f"earliestStart {body['spec']['earliestStart']} ({plan.forecast.confidence})",
         ))
         _pending_state(state, state.snap.reservations_by_key[f"{meta['namespace']}/{meta['name']}"])
+
+
+def plan_in_view(state: PassState, run: Run) -> Plan:
+    """``plan_run`` of ``run`` in the pass's current view, with the Evaluation every plan of it shares."""
+    return plan_run(state.snap, run, state.at, evaluation=state.evaluation())
 
 
 def _pending_state(state: PassState, reservation: Reservation) -> None:

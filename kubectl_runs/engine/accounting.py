@@ -58,10 +58,13 @@ class LeaseCharge:
     @property
     def worst_class(self) -> str:
         """The lowest-ranked class any of its slots has (a partly unfunded lease counts as unfunded)."""
-        for cls in CLASSES[::-1]:
-            if getattr(self, cls):
-                return cls
-        return UNFUNDED
+        if self.unfunded:  # CLASSES from the worst
+            return UNFUNDED
+        if self.borrowed:
+            return BORROWED
+        if self.shared:
+            return SHARED
+        return OWNED if self.owned else UNFUNDED
 
     def unfund(self, gpus: int) -> None:
         """Move ``gpus`` funded slots to unfunded (an aggregate cap was hit)."""

@@ -13,14 +13,15 @@ from .pass_state import PassState
 def close_finished(state: PassState) -> None:
     runs = state.snap.runs_by_key
     closing = []
-    for lease in state.snap.leases:
-        if lease.status.closed:
-            continue
-        run = runs.get(lease.run_key)
+    for run_key, leases in state.snap.leases_by_run.items():  # one look-up per Run, not per lease
+        run = runs.get(run_key)
         if run is None or run.metadata.deletion_timestamp is not None:
-            closing.append((lease.key, lease, RUN_DELETED, f"run {lease.run_key} was deleted"))
+            reason, why = RUN_DELETED, f"run {run_key} was deleted"
         elif run.finished:
-            closing.append((lease.key, lease, COMPLETED, f"run {lease.run_key} {run.status.phase}"))
+            reason, why = COMPLETED, f"run {run_key} {run.status.phase}"
+        else:
+            continue
+        closing += [(lease.key, lease, reason, why) for lease in leases if not lease.status.closed]
     for _, lease, reason, why in sorted(closing, key=lambda c: c[0]):  # by lease, as they are listed
         state.emit(PatchStatus(
             kind="GPULease", namespace=lease.namespace, name=lease.name,

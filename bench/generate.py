@@ -47,7 +47,7 @@ import time
 import uuid
 from array import array
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -1353,6 +1353,87 @@ def _peak(events) -> int:
 
 def _round8(value: float) -> int:
     return max(8, math.ceil(value / 8.0) * 8)
+
+
+# --- the reconciler's fleet (issue 12's benchmark, issue 27's 10,000-run preset) -----------------------------------
+
+RECONCILER_NOW = datetime(2026, 11, 24, 5, 0, tzinfo=UTC)  # the instant the reconciler's fleet is built around
+RECONCILER_FLAVOR = "H100"
+RECONCILER_RUN_GPUS = 20
+
+
+def reconciler_fleet(runs: int, *, now: datetime = RECONCILER_NOW) -> list[dict[str, Any]]:
+    """The reconciler benchmarks' fleet of ``runs`` runs (a multiple of 100) as API objects: 1,000 runs carry
+    20,000 leases, 10,000 runs 200,000 (``reconciler_blocks`` says how)."""
+    if runs <= 0 or runs % 100:
+        raise ValueError(f"runs must be a positive multiple of 100, not {runs}")
+    return reconciler_blocks(0, runs // 100, 0, now=now)[0]
+
+
+def reconciler_blocks(first_block: int, blocks: int, node_offset: int, *,
+                      now: datetime = RECONCILER_NOW) -> tuple[list[dict[str, Any]], int]:
+    """Blocks of 100 runs with 2,000 leases; returns (objects, nodes used) (bench/bench_reconcile.py builds its
+    fleet in two pieces: 100 runs, then the next 900 on the nodes after the first piece's).
+
+    Block ``b`` is namespace ``team<b>`` with one Budget (one H100 envelope of 3,000 GPUs whose window covers
+    ``now`` ± 30 days) and 100 runs of 20 GPUs in groups of 1: 65 Running with one open GPULease per group
+    (1,300 open leases on 162.5 nodes of 8), 30 Succeeded with their closed history (700 closed leases) and 5
+    Pending asking for 16 GPUs (no lease); 8 free nodes follow for the pending runs. Nodes are in fabric
+    domains of 64. Up to 10 blocks this is bench_reconcile's fleet object for object (it put block ``b`` in
+    namespace ``team<b % 10>``); beyond, one namespace per block keeps every envelope within its concurrency."""
+    objects: list[dict[str, Any]] = []
+    gpu = node_offset * 8
+    window = {"start": _z(now - timedelta(days=30)), "end": _z(now + timedelta(days=30))}
+    flavor, width = RECONCILER_FLAVOR, RECONCILER_RUN_GPUS
+    for block in range(first_block, first_block + blocks):
+        ns = f"team{block}"
+        objects.append({"apiVersion": API_VERSION, "kind": "Budget", "metadata": {"name": "main", "namespace": ns},
+                        "spec": {"owner": f"org:{ns}", "envelopes": [
+                            {"name": "main", "flavor": flavor, "concurrency": 2 * 65 * width + 400, **window}]}})
+        for i in range(100):
+            name = f"b{block:02d}-r{i:02d}"
+            meta = {"name": name, "namespace": ns}
+            spec = {"resources": {"gpuType": flavor, "totalGPUs": width}, "locality": {"groupGPUs": 1}}
+            if i < 65:
+                objects.append({"apiVersion": API_VERSION, "kind": "Run", "metadata": meta, "spec": spec})
+                for g in range(width):
+                    objects.append(_reconciler_lease(f"{name}-g{g:02d}", ns, name, g, [f"n{gpu // 8:05d}#{gpu % 8}"],
+                                                     now - timedelta(hours=2 + i % 7)))
+                    gpu += 1
+            elif i < 95:
+                idx = i - 65
+                objects.append({"apiVersion": API_VERSION, "kind": "Run", "metadata": meta, "spec": spec,
+                                "status": {"phase": "Succeeded"}})
+                for g in range(24 if idx >= 20 else 23):  # 20 × 23 + 10 × 24 = 700 closed leases
+                    # one node per idx % 8, one day per idx // 8, one hour per g
+                    start = now - timedelta(days=25) + timedelta(hours=24 * (idx // 8) + g)
+                    item = _reconciler_lease(f"{name}-h{g:02d}", ns, name, g % width,
+                                             [f"n{node_offset + idx % 8:05d}#{g % 8}"], start)
+                    item["status"] = {"closed": True, "ended": _z(start + timedelta(minutes=50)),
+                                      "closureReason": "Completed"}
+                    objects.append(item)
+            else:
+                objects.append({"apiVersion": API_VERSION, "kind": "Run", "metadata": meta,
+                                "spec": {**spec, "resources": {"gpuType": flavor, "totalGPUs": 16}}})
+    nodes = (gpu + 7) // 8 - node_offset + 8  # + 8 free nodes for the pending runs
+    for n in range(node_offset, node_offset + nodes):
+        objects.append({"apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": f"n{n:05d}", "labels": {"gpu.flavor": flavor,
+                                                                     "fabric.domain": f"d{n // 64}"}},
+                        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"},
+                                   "capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}})
+    return objects, nodes
+
+
+def _reconciler_lease(name: str, ns: str, run: str, group: int, slots: list[str], start: datetime) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "GPULease", "metadata": {"name": name, "namespace": ns},
+            "spec": {"owner": f"org:{ns}", "runRef": {"namespace": ns, "name": run}, "group": group,
+                     "flavor": RECONCILER_FLAVOR, "slice": {"slots": slots, "role": "Active"},
+                     "paidBy": {"budget": "main", "envelope": "main"}, "start": _z(start), "reason": "Start"}}
+
+
+def _z(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def generate(path: str, *, nodes: int, envelopes: int, leases: int, seed: int = 1, plants: bool = True,

@@ -58,10 +58,13 @@ class LeaseCharge:
     @property
     def worst_class(self) -> str:
         """The lowest-ranked class any of its slots has (a partly unfunded lease counts as unfunded)."""
-        for cls in CLASSES[::-1]:
-            if getattr(self, cls):
-                return cls
-        return UNFUNDED
+        if self.unfunded:  # CLASSES from the worst
+            return UNFUNDED
+        if self.borrowed:
+            return BORROWED
+        if self.shared:
+            return SHARED
+        return OWNED if self.owned else UNFUNDED
 
     def unfund(self, gpus: int) -> None:
         """Move ``gpus`` funded slots to unfunded (an aggregate cap was hit)."""
@@ -206,17 +209,22 @@ def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
         open_leases.sort(key=_funding_order)
         _fund(usage, open_leases, owners, charges, found)
     aggregates = _apply_caps(snapshot, usages, found)
-    for namespace, names in sorted(owners.unbound.items()):
-        found.append(
-            Finding(
-                fk.UNBOUND_NAMESPACE,
-                None,
-                f"namespace {namespace} has Budgets of {len(names)} owners ({', '.join(names)}): its runs are "
-                "unfunded until its Budgets name one owner",
-                namespace=namespace,
-            )
-        )
+    found += unbound_findings(owners)
     return Ledger(at=at, owners=owners, envelopes=usages, aggregates=aggregates, charges=charges, findings=found)
+
+
+def unbound_findings(owners: NamespaceOwners) -> list[Finding]:
+    """UnboundNamespace: a namespace whose Budgets name several owners."""
+    return [
+        Finding(
+            fk.UNBOUND_NAMESPACE,
+            None,
+            f"namespace {namespace} has Budgets of {len(names)} owners ({', '.join(names)}): its runs are "
+            "unfunded until its Budgets name one owner",
+            namespace=namespace,
+        )
+        for namespace, names in sorted(owners.unbound.items())
+    ]
 
 
 def _funding_order(lease: GPULease) -> tuple:
@@ -318,41 +326,50 @@ def _apply_caps(
     funding order."""
     aggregates = []
     for budget in snapshot.budgets:
-        for cap in budget.spec.aggregate_caps:
-            ns, name = budget.metadata.namespace, budget.metadata.name
-            members = [usages[(ns, name, e)] for e in cap.envelopes if (ns, name, e) in usages]
-            ordered = sorted(
-                (c for u in members for c in u.charges if c.funded), key=lambda c: _funding_order(c.lease)
-            )
-            used = 0
-            for charge in ordered:
-                funded = charge.funded
-                allowed = max(0, min(funded, cap.max_concurrency - used))
-                if allowed < funded:
-                    owner_usage = usages[charge.envelope]
-                    before = {cls: getattr(charge, cls) for cls in (OWNED, SHARED, BORROWED)}
-                    charge.unfund(funded - allowed)
-                    for cls, was in before.items():
-                        setattr(owner_usage, cls, getattr(owner_usage, cls) - (was - getattr(charge, cls)))
-                    owner_usage.unfunded += funded - allowed
-                    if charge.lease.spec.slice.role == "Spare":
-                        owner_usage.spare -= funded - allowed
-                    found.append(
-                        Finding(
-                            fk.OVERDRAFT,
-                            charge.lease.key,
-                            f"aggregate cap {ns}/{name} {cap.name} allows {cap.max_concurrency} GPUs at once: "
-                            f"{funded - allowed} of its GPUs {_are(funded - allowed)} unfunded",
-                            envelope=charge.envelope,
-                        )
+        aggregates += apply_budget_caps(budget, usages, found)
+    return aggregates
+
+
+def apply_budget_caps(
+    budget: Budget, usages: dict[EnvelopeKey, EnvelopeUsage], found: list[Finding]
+) -> list[AggregateUsage]:
+    """``_apply_caps`` of one Budget: its members' charges are all it changes."""
+    aggregates = []
+    for cap in budget.spec.aggregate_caps:
+        ns, name = budget.metadata.namespace, budget.metadata.name
+        members = [usages[(ns, name, e)] for e in cap.envelopes if (ns, name, e) in usages]
+        ordered = sorted(
+            (c for u in members for c in u.charges if c.funded), key=lambda c: _funding_order(c.lease)
+        )
+        used = 0
+        for charge in ordered:
+            funded = charge.funded
+            allowed = max(0, min(funded, cap.max_concurrency - used))
+            if allowed < funded:
+                owner_usage = usages[charge.envelope]
+                before = {cls: getattr(charge, cls) for cls in (OWNED, SHARED, BORROWED)}
+                charge.unfund(funded - allowed)
+                for cls, was in before.items():
+                    setattr(owner_usage, cls, getattr(owner_usage, cls) - (was - getattr(charge, cls)))
+                owner_usage.unfunded += funded - allowed
+                if charge.lease.spec.slice.role == "Spare":
+                    owner_usage.spare -= funded - allowed
+                found.append(
+                    Finding(
+                        fk.OVERDRAFT,
+                        charge.lease.key,
+                        f"aggregate cap {ns}/{name} {cap.name} allows {cap.max_concurrency} GPUs at once: "
+                        f"{funded - allowed} of its GPUs {_are(funded - allowed)} unfunded",
+                        envelope=charge.envelope,
                     )
-                used += allowed
-            aggregates.append(
-                AggregateUsage(
-                    budget=budget, name=cap.name, envelopes=cap.envelopes, max_concurrency=cap.max_concurrency,
-                    used=used,
                 )
+            used += allowed
+        aggregates.append(
+            AggregateUsage(
+                budget=budget, name=cap.name, envelopes=cap.envelopes, max_concurrency=cap.max_concurrency,
+                used=used,
             )
+        )
     return aggregates
 
 

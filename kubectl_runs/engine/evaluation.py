@@ -24,10 +24,11 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..model import GPULease, ProtectedEntry, Reservation, Run, Scope, Snapshot
+from ..model import GPULease, Node, ProtectedEntry, Reservation, Run, Scope, Snapshot
 from .accounting import LeaseCharge, Ledger, ledger
+from .book import OpenBook
 from .funding import Funding, FundingInputs, FundingState, funding, funding_inputs, state_now
-from .packing import Capacity, capacity, free_by_node, open_leases
+from .packing import Capacity, capacity, open_leases
 from .protection import Windows, protections
 from .releases import Release, releases
 from .remedies import (
@@ -36,10 +37,13 @@ from .remedies import (
     RemedyCandidates,
     ScopeNodes,
     active_held,
+    lease_group,
     remedy_candidates,
     scope_groups,
     scope_nodes,
 )
+
+Change = tuple  # (the object before, after): before None for a Create
 
 
 def open_book(snapshot: Snapshot, leases: Sequence[GPULease], at: datetime) -> Ledger:
@@ -78,6 +82,19 @@ class Evaluation:
         self._held: dict[str, int] | None = None
         self._releases: dict[Scope, list[Release]] = {}
         self._protections: dict[str, ProtectedEntry] | None = None
+        self._lottery: dict[Scope, tuple[RemedyCandidates, tuple[ProtectedEntry, ...]]] = {}
+        self._keeper: OpenBook | None = None
+        self._slots: dict[str, dict[str, int]] = {}  # node of a flavor in _free -> its valid slots held (count)
+
+    @classmethod
+    def kept(cls, snapshot: Snapshot, at: datetime) -> Evaluation:
+        """An Evaluation that ``advance`` keeps up to date as leases, Reservations and Runs change (the ledger
+        keeper's pass): its ledger is an ``OpenBook``'s."""
+        leases = open_leases(snapshot, at)
+        keeper = OpenBook(snapshot, at, leases)
+        ev = cls(snapshot, at, leases=leases, book=keeper.ledger)
+        ev._keeper = keeper
+        return ev
 
     # --- the leases and the ledger ------------------------------------------------------------------------------
 
@@ -132,7 +149,12 @@ class Evaluation:
         found = self._free.get(flavor)
         if found is None:
             nodes = [n for n in self.snapshot.nodes if n.flavor == flavor and n.schedulable]
-            found = self._free[flavor] = free_by_node(nodes, self.open)
+            held = _slot_counts(nodes, self.open)  # packing.used_slots, with how many leases hold each slot
+            for node in nodes:  # kept up to date by advance
+                self._slots[node.name] = held.get(node.name, {})
+            found = self._free[flavor] = {
+                n.name: 0 if n.out_of_service else max(0, n.gpus - len(held.get(n.name, ()))) for n in nodes
+            }
         return found
 
     def capacity(self, flavor: str, *, domain: str | None = None, unit: int | None = None,
@@ -141,8 +163,8 @@ class Evaluation:
         key = (flavor, domain, unit, spread)
         found = self._capacity.get(key)
         if found is None:
-            found = self._capacity[key] = capacity(
-                self.snapshot, self.open, flavor, domain=domain, unit=unit, spread=spread, free=self.free(flavor),
+            found = self._capacity[key] = capacity(  # with free given, capacity reads no lease
+                self.snapshot, (), flavor, domain=domain, unit=unit, spread=spread, free=self.free(flavor),
             )
         return found
 
@@ -179,6 +201,29 @@ class Evaluation:
         return remedy_candidates(self.snapshot, self.book, scope, exclude_run=exclude_run, seed=seed,
                                  every_group=groups, nodes=self.scope_nodes(scope), held=self._held)
 
+    def lottery_candidates(self, scope: Scope, *, exclude_run: str | None = None, seed: str | None = None
+                           ) -> tuple[RemedyCandidates, tuple[ProtectedEntry, ...]]:
+        """What a plan lists in ``scope``: ``remedy_candidates(scope, exclude_run=…, seed=…)`` with the Runs
+        ``protections()`` shields left out of the conflict set, and those Runs (sorted). Computed once per scope
+        for every plan of a Run that holds nothing in it (a pending Run: the common case), then put in the
+        seed's order; a Run that holds leases in scope gets its own."""
+        if exclude_run is not None and self._holds_in(scope, exclude_run):
+            return self._shielded(self.remedy_candidates(scope, exclude_run=exclude_run, seed=seed))
+        found = self._lottery.get(scope)
+        if found is None:
+            found = self._lottery[scope] = self._shielded(self.remedy_candidates(scope))
+        gentle, protected = found
+        return (gentle.in_order_of(seed) if seed else gentle), protected
+
+    def _shielded(self, gentle: RemedyCandidates) -> tuple[RemedyCandidates, tuple[ProtectedEntry, ...]]:
+        shield = self.protections()
+        protected = tuple(shield[r] for r in sorted({g.run for g in gentle.conflict if g.run in shield}))
+        return dataclasses.replace(gentle, conflict=tuple(g for g in gentle.conflict if g.run not in shield)), protected
+
+    def _holds_in(self, scope: Scope, run_key: str) -> bool:
+        mine = self.leases_of(run_key)
+        return bool(mine) and any(map(self.scope_nodes(scope).in_scope, mine))
+
     def protections(self) -> dict[str, ProtectedEntry]:
         """``protection.protections`` at ``at`` with the reconciler's default windows (what ``plan`` shows a
         lottery would leave out), computed once."""
@@ -192,3 +237,133 @@ class Evaluation:
         if found is None:
             found = self._releases[scope] = releases(self.snapshot, self.book, self.scope_nodes(scope), self.at)
         return [r for r in found if r.run != exclude_run]
+
+    # --- keeping up with writes (the ledger keeper's pass) -------------------------------------------------------
+
+    def advance(self, snapshot: Snapshot, *, leases: Sequence[Change] = (), reservations: Sequence[Change] = (),
+                runs: Sequence[Change] = ()) -> None:
+        """Make this the Evaluation of ``snapshot``: the previous snapshot with ``leases``, ``reservations`` and
+        ``runs`` changed ((before, after) pairs, before None for a created object). Every value it serves is
+        then the one a new Evaluation of ``snapshot`` would compute (tests/unit/test_ledger_incremental.py):
+        the ledger is funded again where the leases that opened or closed are charged (``OpenBook``), the
+        open leases, charges and Active GPUs of the touched Runs, the free GPUs of the nodes whose slots moved,
+        the lease groups that changed; what is computed from all of those (capacity, funding inputs, remedy
+        candidates, releases) is dropped and computed again when asked. Only for ``Evaluation.kept``."""
+        if self._keeper is None:
+            raise ValueError("only an Evaluation made by Evaluation.kept can advance")
+        at = self.at
+        self.snapshot = snapshot
+        pairs = [(old if old is not None and old.open_at(at) else None, new if new.open_at(at) else None)
+                 for old, new in leases]
+        pairs = [(old, new) for old, new in pairs if old is not None or new is not None]
+        self._open = None  # in snapshot order, computed again when asked
+        if pairs:
+            self._leases_changed(snapshot, pairs)
+        if any(new.status.closure_reason == "RandomPreempt" for _, new in leases):
+            self._forget_protections()  # a recent victim
+        for old, new in reservations:
+            if self._reservations_by_run is not None:
+                _replace_or_append(self._reservations_by_run.setdefault(new.spec.run_ref.key, []), old, new)
+            if "Activated" in (new.status.state, old.status.state if old is not None else None):
+                self._forget_protections()
+        if runs:  # an ETA or a phase: protections, releases, shrinkable runs
+            self._forget_protections()
+            self._releases = {}
+
+    def _leases_changed(self, snapshot: Snapshot, pairs: list[tuple[GPULease | None, GPULease | None]]) -> None:
+        closed = [old for old, _ in pairs if old is not None]
+        opened = [new for _, new in pairs if new is not None]
+        keeper = self._keeper
+        refunded = keeper.change(opened, closed)
+        runs = {x.run_key for x in closed + opened}
+        if self._leases_by_run is not None:
+            for old, new in pairs:
+                mine = self._leases_by_run.setdefault((old or new).run_key, [])
+                if new is None:
+                    mine[:] = [x for x in mine if x.key != old.key]
+                else:
+                    _replace_or_append(mine, old, new)
+        touched_groups = {(x.run_key, x.spec.group) for x in closed + opened}
+        for key in refunded:  # their charges are new: a group's class may have moved
+            touched_groups.update((x.run_key, x.spec.group) for x in keeper.by_envelope[key].values())
+        charges = self.book.charges
+        if self._charges_by_run is not None:
+            for run in runs | {run for run, _ in touched_groups}:
+                self._charges_by_run[run] = [charges[x.key] for x in self.leases_of(run) if x.key in charges]
+        if self._held is not None:
+            for lease, sign in [(x, -1) for x in closed] + [(x, 1) for x in opened]:
+                if lease.spec.slice.role == "Active":
+                    self._held[lease.run_key] = self._held.get(lease.run_key, 0) + sign * lease.gpus
+        for scope, groups in self._groups.items():
+            nodes = self.scope_nodes(scope)
+            for key in touched_groups:
+                members = [x for x in self.leases_of(key[0]) if x.spec.group == key[1] and nodes.in_scope(x)]
+                if members:
+                    groups[key] = lease_group(self.book, nodes, key,
+                                              [x for x in members if x.spec.slice.role == "Active"],
+                                              [x for x in members if x.spec.slice.role != "Active"])
+                else:
+                    groups.pop(key, None)
+        flavors = self._free_changed(snapshot, closed, opened)
+        self._capacity = {k: v for k, v in self._capacity.items() if k[0] not in flavors}
+        self._state, self._funding_inputs = None, {}
+        self._releases, self._lottery = {}, {}
+        activated = {r.spec.run_ref.key for run in runs for r in self.reservations_of(run)
+                     if r.status.state == "Activated"}
+        if activated:  # the leases of a Run started through an activation
+            self._forget_protections()
+
+    def _free_changed(self, snapshot: Snapshot, closed: list[GPULease], opened: list[GPULease]) -> set[str]:
+        """Update the free GPUs of the nodes whose slots the leases hold; returns the flavors of those nodes."""
+        nodes = snapshot.nodes_by_name
+        moved: set[str] = set()
+        for leases, sign in ((closed, -1), (opened, 1)):
+            for lease in leases:
+                for slot in lease.spec.slice.slots:
+                    name, _, ordinal = slot.rpartition("#")
+                    node = nodes.get(name)
+                    if node is None:
+                        continue
+                    moved.add(name)
+                    held = self._slots.get(name)
+                    if held is not None and ordinal.isdigit() and int(ordinal) < node.gpus:
+                        held[slot] = held.get(slot, 0) + sign
+                        if not held[slot]:
+                            del held[slot]
+        flavors = {nodes[name].flavor for name in moved}
+        for flavor in flavors & set(self._free):
+            free = self._free[flavor]
+            for name in moved:
+                if name in free:
+                    node = nodes[name]
+                    free[name] = 0 if node.out_of_service else max(0, node.gpus - len(self._slots.get(name, ())))
+        return flavors
+
+    def _forget_protections(self) -> None:
+        self._protections = None
+        self._lottery = {}
+
+
+def _slot_counts(nodes: Sequence[Node], leases: Sequence[GPULease]) -> dict[str, dict[str, int]]:
+    """Per node of ``nodes``, its valid slots held by ``leases`` (``packing.used_slots``) and by how many."""
+    wanted = {node.name: node.gpus for node in nodes}
+    out: dict[str, dict[str, int]] = {}
+    for lease in leases:
+        for slot in lease.spec.slice.slots:
+            name, _, ordinal = slot.rpartition("#")
+            gpus = wanted.get(name)
+            if gpus is None or not ordinal.isdigit() or int(ordinal) >= gpus:
+                continue
+            held = out.setdefault(name, {})
+            held[slot] = held.get(slot, 0) + 1
+    return out
+
+
+def _replace_or_append(items: list, old, new) -> None:
+    """``new`` in the place of ``old`` (same key) in ``items``, else last."""
+    if old is not None:
+        for i, item in enumerate(items):
+            if item.key == old.key:
+                items[i] = new
+                return
+    items.append(new)

@@ -20,7 +20,7 @@ instant after some runs have given GPUs back (for forecasts). GPUs throughout. P
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..model import Envelope, Node, Run
 from .accounting import EnvelopeKey, EnvelopeUsage, Ledger
@@ -227,6 +227,7 @@ class FundingInputs:
     envelopes: tuple[tuple[EnvelopeKey, EnvelopeUsage], ...]
     state: FundingState
     selectors: _Selectors
+    orders: dict = field(default_factory=dict, compare=False)  # (owner, sponsors, allowBorrow) -> _Order
 
 
 def funding_inputs(book: Ledger, flavor: str, nodes: Sequence[Node], state: FundingState | None = None) -> FundingInputs:
@@ -274,6 +275,29 @@ def funding(
 
     if inputs is None or inputs.flavor != flavor:
         inputs = funding_inputs(book, flavor, nodes)
+    order = inputs.orders.get((owner, sponsors, allow_borrow))
+    if order is None:  # the same for every run of this owner, sponsors and allowBorrow
+        order = inputs.orders[(owner, sponsors, allow_borrow)] = _order(owner, inputs, sponsors, allow_borrow)
+    candidates = order.candidates
+    state = inputs.state
+    result = walk(candidates, state, borrow_left=borrow_left)
+    lenders = _lenders(order.pool, state, result, sponsors=sponsors, allow_borrow=allow_borrow, max_borrow=max_borrow)
+    return Funding(
+        owner=owner, unbound_owners=(), flavor=flavor, allow_borrow=allow_borrow, borrow_left=borrow_left,
+        candidates=candidates, unselected=order.unselected, walk=result, lenders=lenders,
+    )
+
+
+@dataclass(frozen=True)
+class _Order:
+    """The walk's candidates in order, the envelopes selecting no candidate node, the possible lenders."""
+
+    candidates: tuple[Candidate, ...]
+    unselected: tuple[EnvelopeKey, ...]
+    pool: tuple[tuple[tuple, EnvelopeKey, str, Envelope, tuple[CapKey, ...]], ...]
+
+
+def _order(owner: str, inputs: FundingInputs, sponsors: tuple[str, ...], allow_borrow: bool) -> _Order:
     selectors = inputs.selectors
     ranked: list[tuple[tuple, Candidate]] = []
     unselected: list[EnvelopeKey] = []
@@ -300,16 +324,7 @@ def funding(
             continue
         ranked.append((order, candidate))
     candidates = tuple(c for _, c in sorted(ranked, key=lambda pair: pair[0]))
-    state = inputs.state
-    result = walk(candidates, state, borrow_left=borrow_left)
-    lenders = _lenders(
-        owner, candidates, others, state, result, selectors, sponsors=sponsors, allow_borrow=allow_borrow,
-        max_borrow=max_borrow,
-    )
-    return Funding(
-        owner=owner, unbound_owners=(), flavor=flavor, allow_borrow=allow_borrow, borrow_left=borrow_left,
-        candidates=candidates, unselected=tuple(sorted(unselected)), walk=result, lenders=lenders,
-    )
+    return _Order(candidates, tuple(sorted(unselected)), _lender_pool(owner, candidates, others, selectors, sponsors))
 
 
 def walk(candidates: Iterable[Candidate], state: FundingState, *, borrow_left: int | None) -> Walk:
@@ -341,21 +356,15 @@ def walk(candidates: Iterable[Candidate], state: FundingState, *, borrow_left: i
     return Walk(fundable=fundable, sources=tuple(sources), borrow_cut=cut)
 
 
-def _lenders(
+def _lender_pool(
     owner: str,
     candidates: tuple[Candidate, ...],
     others: list[tuple[EnvelopeKey, EnvelopeUsage]],
-    state: FundingState,
-    result: Walk,
     selectors: _Selectors,
-    *,
     sponsors: tuple[str, ...],
-    allow_borrow: bool,
-    max_borrow: int | None,
-) -> tuple[Lender, ...]:
-    """Envelopes outside the family, open, selecting a candidate node and lending to the run's owner, that
-    could give more than the walk takes: sponsors first (in the order listed), then any other lender."""
-    counted = {s.key: s.usable for s in result.sources}
+) -> tuple[tuple[tuple, EnvelopeKey, str, Envelope, tuple[CapKey, ...]], ...]:
+    """Envelopes outside the family that select a candidate node and lend to the run's owner: sponsors first
+    (in the order listed), then any other lender."""
     pool: list[tuple[tuple, EnvelopeKey, str, Envelope, tuple[CapKey, ...]]] = []
     for c in candidates:
         if c.relation == SPONSOR and c.borrows and c.admitted:
@@ -366,8 +375,22 @@ def _lenders(
             continue
         rank = (0, sponsors.index(usage.owner), key) if usage.owner in sponsors else (1, 0, key)
         pool.append((rank, key, usage.owner, envelope, _caps_of(usage)))
+    return tuple(sorted(pool, key=lambda p: p[0]))
+
+
+def _lenders(
+    pool: tuple[tuple[tuple, EnvelopeKey, str, Envelope, tuple[CapKey, ...]], ...],
+    state: FundingState,
+    result: Walk,
+    *,
+    sponsors: tuple[str, ...],
+    allow_borrow: bool,
+    max_borrow: int | None,
+) -> tuple[Lender, ...]:
+    """Of the ``pool``, the envelopes open now that could give more than the walk takes."""
+    counted = {s.key: s.usable for s in result.sources}
     lenders = []
-    for _, key, env_owner, envelope, caps in sorted(pool, key=lambda p: p[0]):
+    for _, key, env_owner, envelope, caps in pool:
         env = state.envelopes.get(key, CLOSED)
         if not env.open:
             continue

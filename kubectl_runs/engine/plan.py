@@ -21,7 +21,6 @@ Pure: the snapshot is never changed, ``at`` is an argument.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -304,10 +303,8 @@ def plan_run(
         scope = Scope(flavor=need.flavor, domain=need.domain)
         reservation = need.reservation
         seed = derive_seed(reservation.key, reservation.spec.earliest_start) if reservation is not None else None
-        gentle = ev.remedy_candidates(scope, exclude_run=run.key, seed=seed)
-        shield = ev.protections()
-        protected = tuple(shield[r] for r in sorted({g.run for g in gentle.conflict if g.run in shield}))
-        gentle = dataclasses.replace(gentle, conflict=tuple(g for g in gentle.conflict if g.run not in shield))
+        # the gentle remedies without the run's own leases, and the conflict set less the protected runs
+        gentle, protected = ev.lottery_candidates(scope, exclude_run=run.key, seed=seed)
         freed = gentle.freed_by_run()
         reported = ev.releases(scope, exclude_run=run.key)
         outlook = forecast(

@@ -91,7 +91,7 @@ def remedies(
             )
             out.append(Remedy(WAIT, last, gpus, f"wait until {when(start, at)}: {who}, freeing {gpus}"))
     if left > 0 and gentle.conflict:
-        pool = sum(g.active_gpus for g in gentle.conflict)
+        pool = gentle.conflict_gpus
         gpus = min(left, pool)
         target = reservation.key if reservation is not None else run.key
         by = (f"when reservation {reservation.key} activates ({when(reservation.spec.earliest_start, at)}, seed "

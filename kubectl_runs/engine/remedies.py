@@ -27,7 +27,7 @@ counts) and where (``freed``: slots on schedulable nodes of the scope, by domain
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -162,6 +162,10 @@ class ShrinkStep:
         return tuple(sorted(out.items()))
 
 
+def _lease_key(lease: GPULease) -> str:
+    return lease.key
+
+
 def _lease_class(book: Ledger, lease: GPULease) -> str:
     charge = book.charges.get(lease.key)
     return charge.worst_class if charge is not None else UNFUNDED
@@ -176,25 +180,34 @@ def scope_groups(
     members: dict[GroupKey, tuple[list[GPULease], list[GPULease]]] = {}
     for charge in book.charges.values():
         lease = charge.lease
-        if lease.run_key == exclude_run or not nodes.in_scope(lease):
+        run_key = lease.run_key
+        if run_key == exclude_run or not nodes.in_scope(lease):
             continue
-        active, spare = members.setdefault((lease.run_key, lease.spec.group), ([], []))
+        active, spare = members.setdefault((run_key, lease.spec.group), ([], []))
         (active if lease.spec.slice.role == "Active" else spare).append(lease)
-    groups = {}
-    for key in sorted(members):
-        active, spare = (sorted(x, key=lambda lease: lease.key) for x in members[key])
-        classed = active or spare
-        cls = min((_lease_class(book, lease) for lease in classed), key=class_rank)
-        groups[key] = LeaseGroup(
-            run=key[0],
-            group=key[1],
-            owner=classed[0].spec.owner,
-            cls=cls,
-            active=tuple(active),
-            spare=tuple(spare),
-            freed=nodes.freed(active + spare),
-        )
-    return groups
+    return {key: lease_group(book, nodes, key, *members[key]) for key in sorted(members)}
+
+
+def lease_group(book: Ledger, nodes: ScopeNodes, key: GroupKey, active: Sequence[GPULease],
+                spare: Sequence[GPULease]) -> LeaseGroup:
+    """The group ``key`` of the open in-scope leases ``active`` and ``spare`` (any order)."""
+    if len(active) + len(spare) == 1:  # most groups: one lease
+        lease = (active or spare)[0]
+        return LeaseGroup(key[0], key[1], lease.spec.owner, _lease_class(book, lease), tuple(active), tuple(spare),
+                          nodes.freed((lease,)))
+    active, spare = (sorted(x, key=_lease_key) if len(x) > 1 else list(x) for x in (active, spare))
+    classed = active or spare
+    cls = (_lease_class(book, classed[0]) if len(classed) == 1
+           else min((_lease_class(book, lease) for lease in classed), key=class_rank))
+    return LeaseGroup(
+        run=key[0],
+        group=key[1],
+        owner=classed[0].spec.owner,
+        cls=cls,
+        active=tuple(active),
+        spare=tuple(spare),
+        freed=nodes.freed(active + spare),
+    )
 
 
 def _order(key: GroupKey, seed: str | None) -> tuple:
@@ -327,6 +340,23 @@ class RemedyCandidates:
         return (
             sum(g.gpus for g in self.reclaim) + sum(d.gpus for d in self.spares) + sum(s.gpus for s in self.shrinks)
         )
+
+    @cached_property
+    def conflict_gpus(self) -> int:
+        """Active GPUs of the conflict set: what a lottery could free at most."""
+        return sum(g.active_gpus for g in self.conflict)
+
+    def in_order_of(self, seed: str) -> RemedyCandidates:
+        """The candidates of ``remedy_candidates(..., seed=None)`` in the order ``seed`` gives them: the same
+        reclaimable groups and spares (a seed orders, it never chooses), by ticket as ``reclaimable_groups`` and
+        ``droppable_spares`` sort them; shrinks and the conflict set do not depend on it."""
+        reclaim = sorted(self.reclaim, key=lambda g: _order(g.key, seed))
+        spares = sorted(self.spares, key=lambda d: (class_rank(d.cls), *_order(d.group.key, seed), d.lease.key))
+        ordered = RemedyCandidates(reclaim=tuple(reclaim), spares=tuple(spares), shrinks=self.shrinks,
+                                   conflict=self.conflict)
+        if "conflict_gpus" in self.__dict__:  # the same conflict set: its sum carries over
+            ordered.__dict__["conflict_gpus"] = self.conflict_gpus
+        return ordered
 
     def freed_by_run(self) -> dict[str, dict[str, int]]:
         """Schedulable GPUs each run's candidates would free, by domain."""

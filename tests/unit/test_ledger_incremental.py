@@ -1,0 +1,157 @@
+"""The incremental ledger pass (issue 27) decides exactly what the pass that rebuilt its view per write decided.
+
+Three ways:
+
+- **recorded**: every pass of four fairness simulations (bench/fairness.py: the small and the default fleet,
+  lotteries, reclaims, shrinks, growth, a Run started through its activation) gives the writes — causes
+  included, hashed — that the keeper of c389874 gave (tests/unit/data/ledger_passes.json, recorded with
+  tests/unit/ledger_passes.py against that tree: the last keeper that made a new Evaluation per write);
+- **rebuilt**: on random fleets (test_ledger_properties.fleets: due Reservations, finished and deleted Runs,
+  unfunded, borrowed and spare leases, elastic and one-domain Runs), the pass with one Evaluation advanced by
+  its writes (``PassState(incremental=True)``, what ``plan_ledger`` runs) and the pass with a new Evaluation per
+  view (``incremental=False``, the way before) emit the same writes;
+- **advanced**: after each write of a pass, the advanced Evaluation serves what a new Evaluation of the same
+  snapshot serves — the ledger (usage, charges, caps, findings), free GPUs and capacity, each Run's leases and
+  charges, remedy and lottery candidates, protections, releases, and every Run's plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from ledger_passes import CASES, passes
+from test_ledger_properties import NOW, PROPERTIES, fleets
+
+from kubectl_runs.engine.evaluation import Evaluation
+from kubectl_runs.engine.plan import plan_run
+from kubectl_runs.model import Scope, Snapshot
+from kubectl_runs.reconciler.ledger import LedgerOptions, PassState, plan_ledger, run_pass
+from kubectl_runs.reconciler.ledger.writes import Objects
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "ledger_passes.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c['fleet']}-seed{c['seed']}" for c in CASES])
+def test_every_pass_of_a_simulation_writes_what_the_keeper_before_wrote(index):
+    recorded = RECORDED[index]["passes"]
+    assert recorded, "the case must exercise the keeper"
+    now = passes(CASES[index])
+    first = next((i for i, (a, b) in enumerate(zip(now, recorded, strict=False)) if a != b), None)
+    assert first is None and len(now) == len(recorded), (
+        f"pass {now[first][0] if first is not None else len(recorded)} differs: {now[first:first + 1]} != "
+        f"{recorded[first:first + 1] if first is not None else recorded[len(now):]}"
+    )
+
+
+def _writes(snap: Snapshot, incremental: bool) -> bytes:
+    return msgspec.json.encode(run_pass(PassState(snap, NOW, LedgerOptions(), incremental=incremental)))
+
+
+@PROPERTIES
+@given(fleets())
+def test_the_incremental_pass_writes_what_a_new_evaluation_per_write_would(snap):
+    assert _writes(snap, True) == _writes(snap, False)
+
+
+def test_the_rebuilding_pass_can_tell_a_difference():
+    """The comparison above would see a pass that advanced its Evaluation wrongly: one that never advances it
+    plans every Run on the first view, and mints the same free slots twice."""
+    from builders import budget, envelope, node, run, snapshot
+
+    snap = snapshot(budget("b", "a", owner="org:t:a", envelopes=[envelope("w", concurrency=16)]),
+                    node("n1", gpus=8, domain="d0"), run("p1", "a", gpus=8, phase=None), run("p2", "a", gpus=8,
+                                                                                              phase=None))
+
+    class Stale(PassState):
+        def evaluation(self):
+            if self._ev is None:
+                self._ev = Evaluation.kept(self.snap, self.at)
+            self._ev.snapshot = self.snap  # never advanced
+            return self._ev
+
+    right = plan_ledger(snap, NOW)
+    wrong = run_pass(Stale(snap, NOW, LedgerOptions()))
+    assert [w.kind for w in right] == ["GPULease", "Reservation", "Reservation"]
+    assert msgspec.json.encode(wrong) != msgspec.json.encode(right)
+
+
+# --- the advanced Evaluation serves what a new one serves ------------------------------------------------------
+
+
+def _scopes(snap: Snapshot) -> list[Scope]:
+    return [Scope(flavor="H100")] + [Scope(flavor="H100", domain=d) for d in sorted({n.domain for n in snap.nodes})]
+
+
+def _touch(ev: Evaluation, snap: Snapshot) -> None:
+    """Compute every cached value, so that advancing has to keep each of them."""
+    ev.book  # noqa: B018
+    for scope in _scopes(snap):
+        ev.free(scope.flavor)
+        ev.capacity(scope.flavor, domain=scope.domain, unit=4, spread=False)
+        ev.remedy_candidates(scope)
+        ev.lottery_candidates(scope)
+        ev.releases(scope)
+    for run in snap.runs:
+        ev.leases_of(run.key)
+        ev.charges_of(run.key)
+        ev.reservations_of(run.key)
+    ev.protections()
+
+
+def _charge(c) -> tuple:
+    return (c.lease.key, c.envelope or (), c.lender or "", c.owned, c.shared, c.borrowed, c.unfunded)
+
+
+def _served(ev: Evaluation, snap: Snapshot, *, reference: bool = False) -> dict:
+    """What ``ev`` serves; ``reference``: the lottery candidates computed as a plan computed them before they
+    were shared (every plan its own remedy candidates, less the protected runs)."""
+    book = ev.book
+    out: dict = {
+        "envelopes": {k: (u.window_active, u.owned, u.shared, u.borrowed, u.unfunded, u.spare, u.consumed_seconds,
+                          [c.lease.key for c in u.charges]) for k, u in book.envelopes.items()},
+        "charges": {k: _charge(c) for k, c in book.charges.items()},
+        "aggregates": [(a.name, a.used) for a in book.aggregates],
+        "findings": [(f.kind, f.lease, f.detail, f.envelope, f.namespace) for f in book.findings],
+        "protections": ev.protections(),
+    }
+    for scope in _scopes(snap):
+        out[f"free {scope}"] = ev.free(scope.flavor)
+        for unit, spread in ((None, True), (4, False), (5, True)):
+            out[f"capacity {scope} {unit} {spread}"] = ev.capacity(scope.flavor, domain=scope.domain, unit=unit,
+                                                                   spread=spread)
+        out[f"releases {scope}"] = [  # a release's charges in the ledger's order: not kept (engine/book.py)
+            (r.run, r.at, r.source, r.gpus, r.freed, sorted(_charge(c) for c in r.charges)) for r in ev.releases(scope)
+        ]
+        for run in snap.runs:
+            for seed in (None, "1f"):
+                out[f"remedies {scope} {run.key} {seed}"] = ev.remedy_candidates(scope, exclude_run=run.key, seed=seed)
+                out[f"lottery {scope} {run.key} {seed}"] = (
+                    ev._shielded(ev.remedy_candidates(scope, exclude_run=run.key, seed=seed)) if reference
+                    else ev.lottery_candidates(scope, exclude_run=run.key, seed=seed))
+    for run in snap.runs:
+        out[f"leases {run.key}"] = ev.leases_of(run.key)
+        out[f"charges {run.key}"] = sorted(_charge(c) for c in ev.charges_of(run.key))
+        out[f"reservations {run.key}"] = ev.reservations_of(run.key)
+        out[f"plan {run.key}"] = msgspec.json.encode(plan_run(snap, run, NOW, evaluation=ev).report)
+    return out
+
+
+@settings(PROPERTIES, max_examples=60)
+@given(fleets())
+def test_an_advanced_evaluation_serves_what_a_new_one_serves(snap):
+    writes = plan_ledger(snap, NOW)
+    objects = Objects(snap)
+    ev = Evaluation.kept(snap, NOW)
+    for write in writes:
+        _touch(ev, objects.snapshot)
+        change = objects.apply(write)
+        if change is None:
+            continue
+        kind = {"GPULease": "leases", "Reservation": "reservations", "Run": "runs"}[write.kind]
+        view = objects.snapshot
+        ev.advance(view, **{kind: [change]})
+        assert _served(ev, view) == _served(Evaluation(view, NOW), view, reference=True), write.cause

@@ -15,7 +15,6 @@ import itertools
 import operator
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -38,7 +37,7 @@ from ..model import (
     NameMeta,
     Snapshot,
 )
-from .file_bytes import read_bytes
+from . import snapshot_input
 from .json_keys import duplicate_key
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 from .strict_yaml import StrictLoader
@@ -291,7 +290,12 @@ def _load(paths: Sequence[str], stdin: Any, lean: bool) -> Snapshot:
     with gc_paused():
         for path in paths:
             for name, data in _read(path, stdin):
-                load_document(name, data, collector)
+                try:
+                    load_document(name, data, collector)
+                except MemoryError:
+                    size = len(data)
+                    del data
+                    raise SnapshotError(f"{name}: not enough memory to read its objects ({size:,} bytes)") from None
         return collector.snapshot()
 
 
@@ -336,9 +340,10 @@ def load_document(name: str, data: bytes, collector: _Collector) -> None:
 
 
 def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of each file of ``path``: bounded and checked by sources/snapshot_input.py."""
+    limit = snapshot_input.max_bytes()
     if path == "-":
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        yield "<stdin>", stream.read()
+        yield "<stdin>", _refused(snapshot_input.read_stdin, stdin, limit)
         return
     if os.path.isdir(path):
         found = []
@@ -350,15 +355,23 @@ def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
             yield from _read(file, stdin)
         return
     try:
-        with open(path, "rb") as handle:
-            data = read_bytes(handle)
-        yield path, data
+        data = _refused(snapshot_input.read_path, path, limit)
     except FileNotFoundError:
         raise SnapshotError(f"{path}: no such file or directory") from None
     except IsADirectoryError:
         raise SnapshotError(f"{path}: is a directory") from None
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    yield path, data
+
+
+def _refused(read: Callable[[Any, int], bytes], what: Any, limit: int) -> bytes:
+    try:
+        return read(what, limit)
+    except SnapshotError:
+        raise
+    except UserError as exc:  # a refusal of snapshot_input: a SnapshotError (read_file's caller tells them apart)
+        raise SnapshotError(exc.message, exc.code) from None
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ not track millions of them.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -513,18 +512,6 @@ class GPULease(Namespaced, tag_field="kind", tag="GPULease"):
     spec: GPULeaseSpec
     status: GPULeaseStatus = GPULeaseStatus()
     api_version: Literal["jobtree.dev/v1alpha1"] = "jobtree.dev/v1alpha1"
-
-    def __post_init__(self) -> None:
-        # What the API server refuses (CRD): a slot given twice (slots is a set: x-kubernetes-list-type), a start
-        # outside 1970-9000 (CEL). One call per lease, the checks at C speed.
-        spec = self.spec
-        slots = spec.slice.slots
-        if len(slots) > 1 and len(set(slots)) != len(slots):
-            twice = next(slot for slot, n in Counter(slots).items() if n > 1)
-            raise ValueError(f"spec.slice.slots: {twice!r} is given {slots.count(twice):,} times: each slot once "
-                             "(a lease's GPUs are its slots; the CRD's list is a set)")
-        if not EARLIEST_TIME <= spec.start < LATEST_TIME:
-            check_time("spec.start", spec.start)
 
     @property
     def gpus(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from functools import cached_property
 from typing import Annotated, Literal, Union
@@ -49,7 +49,31 @@ Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 Positive = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
-OwnerPath = Annotated[str, msgspec.Meta(min_length=1)]
+
+# The CRDs' bounds (crds/*.yaml: maxLength, minLength, maxItems, minItems), held by snapshots as by the API server:
+# tests/unit/test_crd_bounds.py walks the CRDs and fails when a bound there is not the model's.
+def Text(most: int, least: int = 0) -> msgspec.Meta:
+    return msgspec.Meta(min_length=least, max_length=most) if least else msgspec.Meta(max_length=most)
+
+
+def Items(most: int, least: int = 0) -> msgspec.Meta:
+    return Text(most, least)
+
+
+# Times the CRDs' CEL rules admit (lease start, envelope window, earliest start): 1970 to 9000, as --at takes.
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def check_time(field: str, value: datetime, *, end: bool = False) -> None:
+    if not (EARLIEST_TIME <= value <= LATEST_TIME if end else EARLIEST_TIME <= value < LATEST_TIME):
+        raise ValueError(f"{field}: {value.isoformat()} is out of range: a time between 1970 and 9000 (the CRD's rule)")
+
+
+OwnerPath = Annotated[str, Text(253, 1)]
+NamespaceName = Annotated[str, Text(63, 1)]
+ObjectName = Annotated[str, Text(253, 1)]
+FlavorName = Annotated[str, Text(63, 1)]
 
 
 class ObjectMeta(Record):
@@ -91,8 +115,8 @@ class ClusterObjectMeta(Record):
 
 
 class ObjectRef(Record):
-    namespace: str
-    name: str
+    namespace: NamespaceName
+    name: ObjectName
 
     @property
     def key(self) -> str:
@@ -225,22 +249,24 @@ def gpu_count(value: str | int, resource: str = "nvidia.com/gpu") -> int:
 
 class Lending(Record):
     allow: bool = False
-    to: tuple[str, ...] = ()
+    to: Annotated[tuple[Annotated[str, Text(255)], ...], Items(64)] = ()
     max_concurrency: NonNegative | None = None
 
 
 class Envelope(Record):
-    name: str
-    flavor: str
+    name: ObjectName
+    flavor: FlavorName
     concurrency: Positive
     start: Time
     end: Time
-    selector: dict[str, str] = {}
+    selector: dict[str, Annotated[str, Text(63)]] = {}
     max_gpu_hours: NonNegativeFloat | None = None
     lending: Lending | None = None
 
     def __post_init__(self) -> None:
         # The CRD's CEL rules, checked for snapshots too: a file never saw the API server.
+        check_time(f"envelope {self.name}: start", self.start)
+        check_time(f"envelope {self.name}: end", self.end, end=True)
         if self.end <= self.start:
             raise ValueError(f"envelope {self.name}: end must be after start")
         if self.max_gpu_hours is not None:
@@ -264,15 +290,15 @@ class Envelope(Record):
 
 
 class AggregateCap(Record):
-    name: str
-    envelopes: tuple[str, ...]
+    name: ObjectName
+    envelopes: Annotated[tuple[Annotated[str, Text(253)], ...], Items(256)]
     max_concurrency: NonNegative
 
 
 class BudgetSpec(Record):
     owner: OwnerPath
-    envelopes: tuple[Envelope, ...]
-    aggregate_caps: tuple[AggregateCap, ...] = ()
+    envelopes: Annotated[tuple[Envelope, ...], Items(256)]
+    aggregate_caps: Annotated[tuple[AggregateCap, ...], Items(64)] = ()
 
     def __post_init__(self) -> None:
         names = [e.name for e in self.envelopes]
@@ -290,7 +316,7 @@ class Budget(Namespaced, tag_field="kind", tag="Budget"):
 
 
 class Resources(Record):
-    gpu_type: str
+    gpu_type: FlavorName
     total_gpus: Positive
 
 
@@ -309,7 +335,7 @@ class Malleable(Record):
 class Funding(Record):
     allow_borrow: bool = False
     max_borrow_gpus: NonNegative | None = None
-    sponsors: tuple[str, ...] = ()
+    sponsors: Annotated[tuple[Annotated[str, Text(253)], ...], Items(64)] = ()
 
 
 class RunSpec(Record):
@@ -358,13 +384,13 @@ class Run(Namespaced, tag_field="kind", tag="Run"):
 
 
 class Scope(Record):
-    flavor: str
-    domain: str | None = None
+    flavor: FlavorName
+    domain: Annotated[str, Text(63)] | None = None
 
 
 class EnvelopeRef(Record):
-    budget: str
-    envelope: str
+    budget: Annotated[str, Text(253)]
+    envelope: Annotated[str, Text(253)]
 
 
 class ReservationSpec(Record):
@@ -372,6 +398,9 @@ class ReservationSpec(Record):
     scope: Scope
     earliest_start: Time
     paying_envelope: EnvelopeRef | None = None
+
+    def __post_init__(self) -> None:
+        check_time("earliestStart", self.earliest_start)
 
 
 class ConflictEntry(Record):
@@ -441,14 +470,14 @@ class Reservation(Namespaced, tag_field="kind", tag="Reservation"):
 
 
 class Slice(Record):
-    slots: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
+    slots: Annotated[tuple[Annotated[str, Text(264)], ...], Items(4096, 1)]
     role: Literal["Active", "Spare"]
 
 
 class PaidBy(Record):
-    budget: str
-    envelope: str
-    namespace: str = ""
+    budget: Annotated[str, Text(253)]
+    envelope: Annotated[str, Text(253)]
+    namespace: Annotated[str, Text(63)] = ""
 
 
 class LeasePreemption(Record):
@@ -460,7 +489,7 @@ class GPULeaseSpec(Record):
     owner: OwnerPath
     run_ref: ObjectRef
     group: NonNegative
-    flavor: str
+    flavor: FlavorName
     slice: Slice
     start: Time
     reason: Literal["Start", "Grow", "Swap"]

@@ -11,6 +11,10 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(\s*)([a-z]*)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 BACK_UNITS = ("s", "m", "h", "d", "w")  # a duration back from --at: 7d, 24h, 90m (a space may come first)
 TIMEOUT_UNITS = ("ms", "s", "m", "h")  # a request timeout as kubectl reads it: 0, 30, 30s, 2m
+# The longest duration a flag takes (--request-timeout, reconcile's --resync-period, --min-run-time, …): a year.
+# Past it a deadline or a timer overflows the platform's time_t or a thread's wait (OverflowError).
+MAX_DURATION_SECONDS = 365 * 86400
+MAX_DURATION_TEXT = "8760h (a year)"
 
 
 def duration_seconds(text: str, units: tuple[str, ...], *, bare: bool = False, spaced: bool = False) -> float | None:

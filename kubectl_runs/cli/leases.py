@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +118,12 @@ class AuditOptions(Command):
         start = _time(self.since, at, "--since") if self.since else end - DEFAULT_SPAN
         if start >= end:
             raise UserError(f"--since ({rfc3339(start)}) must be before --until ({rfc3339(end)})")
+        if self.every is not None:
+            count = period_count(start, end, self.every)
+            if count > MAX_PERIODS:
+                raise UsageError(f"--every {self.every}: {rfc3339(start)} to {rfc3339(end)} is {count:,} periods, more "
+                                 f"than the {MAX_PERIODS:,} a report may have: narrow --since/--until or use a longer "
+                                 "period")
         # The engine builds lists, tuples and dicts for every lease in the window (hundreds of thousands over a
         # month of history), none of them in a reference cycle: the cyclic GC would only rescan them (about a
         # fifth of the engine's time on the 1M-lease history). The command pauses it while the report is built;
@@ -158,6 +164,24 @@ class AuditOptions(Command):
 
     def exit_code(self) -> int:
         return int(ExitCode.FINDINGS) if self.strict and self.findings else int(ExitCode.OK)
+
+
+MAX_PERIODS = 10_000  # --every: rows per key (27 years of days, 190 of weeks, 833 of months)
+
+
+def period_count(since: datetime, until: datetime, every: str) -> int:
+    """How many calendar periods (UTC) meet ``[since, until)``: as many as engine/audit_periods.boundaries makes,
+    counted without making them."""
+    since, until = since.astimezone(UTC), until.astimezone(UTC)
+    if every == "month":
+        months = (until.year - since.year) * 12 + until.month - since.month
+        return months + (until > until.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    first = since.replace(hour=0, minute=0, second=0, microsecond=0)
+    length = timedelta(days=1)
+    if every == "week":
+        first -= timedelta(days=first.weekday())
+        length = timedelta(days=7)
+    return -((first - until) // length)  # ceil
 
 
 def _recorded_capacity(archives: list) -> list[tuple[datetime, dict[str, int]]]:

@@ -15,12 +15,21 @@ import click
 
 from ..errors import ExitCode, UsageError, UserError
 from ..formats import option_help
-from ..timeutil import TIMEOUT_UNITS, duration_seconds, now_utc, parse_time
+from ..timeutil import (
+    MAX_DURATION_SECONDS,
+    MAX_DURATION_TEXT,
+    TIMEOUT_UNITS,
+    duration_seconds,
+    now_utc,
+    parse_time,
+)
 
 if TYPE_CHECKING:  # the model, renderer and sources are imported where used: --help and version skip them
     from ..model import Run, Snapshot
     from ..render import Document
     from ..sources import Source
+
+MAX_CHUNK_SIZE = 1_000_000  # objects per list request (--chunk-size): past it one page is the whole list anyway
 
 
 T = TypeVar("T")
@@ -145,6 +154,10 @@ class GlobalOptions:
             raise UserError(
                 f"--request-timeout: {self.request_timeout!r} is not a duration (examples: 0, 30s, 2m)"
             )
+        if seconds > MAX_DURATION_SECONDS:  # (inf too: 1e400s)
+            shown = self.request_timeout if len(self.request_timeout) <= 40 else self.request_timeout[:39] + "…"
+            raise UsageError(f"--request-timeout: {shown!r} is out of range: use 0 (no limit) up to "
+                             f"{MAX_DURATION_TEXT}")
         return seconds
 
     def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False, lean: bool = False) -> Snapshot:
@@ -305,7 +318,8 @@ _GLOBAL_OPTIONS = (
                  help="Print tables and CSV without the header row."),
     click.option("--request-timeout", metavar="DURATION", callback=_store("request_timeout"), expose_value=False,
                  help="How long to wait for one request to the API server (0 = no limit; 30s, 2m)."),
-    click.option("--chunk-size", type=click.IntRange(min=1), metavar="N", callback=_store("chunk_size"),
+    click.option("--chunk-size", type=click.IntRange(min=1, max=MAX_CHUNK_SIZE), metavar="N",
+                 callback=_store("chunk_size"),
                  expose_value=False, help="Objects per list request to the API server (default 500)."),
 )
 

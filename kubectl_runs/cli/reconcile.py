@@ -5,7 +5,6 @@ fast."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal
@@ -15,6 +14,7 @@ import click
 
 from ..errors import UsageError, UserError
 from ..reconciler.ratelimit import DEFAULT_BURST, DEFAULT_QPS, UNLIMITED
+from ..timeutil import MAX_DURATION_SECONDS, MAX_DURATION_TEXT
 from .options import GlobalOptions, global_options
 
 DEFAULT_LEADER_NAMESPACE = "kubectl-runs-system"
@@ -31,17 +31,43 @@ def parse_duration(text: str, flag: str, *, zero: bool = False) -> float:
     seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
     if seconds < 0 or (seconds == 0 and not zero):
         raise UsageError(f"{flag}: must be more than 0")
+    if seconds > MAX_DURATION_SECONDS:  # (inf too: a thousand digits)
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        raise UsageError(f"{flag}: {shown!r} is out of range: use at most {MAX_DURATION_TEXT}")
     return seconds
+
+
+MAX_PORT = 65_535
+MIN_QPS, MAX_QPS = 0.001, 1_000_000.0
+MAX_BURST = 1_000_000
+
+
+def metrics_address(text: str) -> str:
+    """``--metrics-addr`` checked before anything starts: ``0`` (off), ``:PORT``, ``HOST:PORT``, ``[::1]:PORT``,
+    the port 0 (any free one) to 65535. A host that cannot be bound is found when it is (exit 1)."""
+    if text in ("0", ""):
+        return text
+    from ..reconciler.metrics import parse_addr
+
+    try:
+        _host, port = parse_addr(text)
+    except ValueError as exc:
+        raise UsageError(f"--metrics-addr: {exc}") from None
+    if port > MAX_PORT:
+        raise UsageError(f"--metrics-addr: port {port} of {text!r} is out of range: use 0-{MAX_PORT} (or 0 alone for "
+                         "no metrics server)")
+    return text
 
 
 def rate_limit(qps: float, burst: int) -> tuple[float, int] | None:
     """(qps, burst) of the client-side rate limiter, or None for ``--kube-api-qps -1`` (no limit)."""
     if qps == UNLIMITED:
         return None
-    if not 0 < qps < math.inf:  # 0, any other negative number, NaN, inf
-        raise UsageError(f"--kube-api-qps: must be more than 0 (requests per second), or -1 for no limit; not {qps:g}")
-    if burst < 1:
-        raise UsageError(f"--kube-api-burst: must be at least 1 (requests at once), not {burst}")
+    if not MIN_QPS <= qps <= MAX_QPS:  # 0, any other negative number, NaN, inf, a wait past any timer (1e-300)
+        raise UsageError(f"--kube-api-qps: must be {MIN_QPS:g} to {MAX_QPS:,.0f} (requests per second), or -1 for no "
+                         f"limit; not {qps:g}")
+    if not 1 <= burst <= MAX_BURST:
+        raise UsageError(f"--kube-api-burst: must be 1 to {MAX_BURST:,} (requests at once), not {burst}")
     return qps, burst
 
 
@@ -134,6 +160,7 @@ def reconcile(ctx: click.Context, once: bool, dry_run: bool, manage_leases: bool
     opts = GlobalOptions.of(ctx)
     if opts.snapshots:
         raise UsageError("reconcile works on a live cluster: --snapshot cannot be used with it")
+    metrics_addr = metrics_address(metrics_addr)
     period = parse_duration(resync_period, "--resync-period")
     interval = parse_duration(status_interval, "--status-interval", zero=True)
     once = once or dry_run

@@ -10,12 +10,12 @@ and objects of kinds we do not read are skipped with a note.
 from __future__ import annotations
 
 import bisect
+import collections
 import gc
 import itertools
 import operator
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,17 +28,20 @@ from ..errors import UserError
 from ..kueue.model import LEAN_KINDS, QUEUE_KINDS, QueueObjects
 from ..model import (
     CLUSTER_SCOPED,
+    EARLIEST_TIME,
     INT64_MAX,
     KIND_API_VERSIONS,
     KINDS,
+    LATEST_TIME,
     LEAN_LEASE_KINDS,
     SNAPSHOT_KINDS,
     SNAPSHOT_TIME_ANNOTATION,
     AnyObject,
     NameMeta,
     Snapshot,
+    check_time,
 )
-from .file_bytes import read_bytes
+from . import snapshot_input
 from .json_keys import duplicate_key
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
 from .strict_yaml import StrictLoader
@@ -135,6 +138,8 @@ def gc_paused() -> Iterator[None]:
 
 
 _NAME = operator.attrgetter("metadata.name")
+_SLOTS = operator.attrgetter("spec.slice.slots")
+_START = operator.attrgetter("spec.start")
 _METADATA = operator.attrgetter("metadata")
 _NAMESPACE = operator.attrgetter("metadata.namespace")
 _KEYS: dict[str, Callable[[Any], Any]] = {kind: _NAME if kind in CLUSTER_SCOPED  # cluster-scoped: by name
@@ -243,6 +248,32 @@ class _Collector:
             copies[pair] = copies.get(pair, 0) + 1
         return tuple(map(objects.__getitem__, first.values()))
 
+    def check_leases(self) -> None:
+        """What the API server refuses of a GPULease and msgspec cannot say (crds/gpuleases.jobtree.dev.yaml): a slot
+        given twice (``slots`` is a set) and a start outside 1970-9000 (CEL). Over all leases at once, at C speed
+        (a ``__post_init__`` per lease costs half the decode); only a lease found wrong is looked at in Python."""
+        leases = self.by_kind["GPULease"]
+        if not leases:
+            return
+        slots = list(map(_SLOTS, leases))
+        starts = list(map(_START, leases))
+        bad = next(itertools.compress(itertools.count(), map(operator.ne, map(len, map(set, slots)), map(len, slots))),
+                   None)
+        if bad is None and min(starts) >= EARLIEST_TIME and max(starts) < LATEST_TIME:
+            return
+        if bad is None:
+            bad = next(i for i, start in enumerate(starts) if not EARLIEST_TIME <= start < LATEST_TIME)
+        lease = leases[bad]
+        where = f"{self.where('GPULease', bad)}: GPULease {lease.metadata.namespace}/{lease.metadata.name}"
+        twice = [slot for slot, n in collections.Counter(slots[bad]).items() if n > 1]
+        if twice:
+            raise SnapshotError(f"{where}: spec.slice.slots: {twice[0]!r} is given {slots[bad].count(twice[0]):,} "
+                                "times: each slot once (a lease's GPUs are its slots; the CRD's list is a set)")
+        try:
+            check_time("spec.start", starts[bad])
+        except ValueError as exc:
+            raise SnapshotError(f"{where}: {exc}") from None
+
     def snapshot(self) -> Snapshot:
         for kind, files in sorted(self.skipped.items()):
             count = sum(files.values())
@@ -251,6 +282,8 @@ class _Collector:
             self.notes.append(
                 f"ignored {count} object(s) of kind {kind} in {shown}: kubectl-runs reads {', '.join(KINDS)}"
             )
+        if self.strict:
+            self.check_leases()
         copies: dict[tuple[str, str], int] = {}
         by_kind = {kind: self.ordered(kind, copies) for kind in SNAPSHOT_KINDS}
         for (first, second), count in copies.items():
@@ -291,7 +324,12 @@ def _load(paths: Sequence[str], stdin: Any, lean: bool) -> Snapshot:
     with gc_paused():
         for path in paths:
             for name, data in _read(path, stdin):
-                load_document(name, data, collector)
+                try:
+                    load_document(name, data, collector)
+                except MemoryError:
+                    size = len(data)
+                    del data
+                    raise SnapshotError(f"{name}: not enough memory to read its objects ({size:,} bytes)") from None
         return collector.snapshot()
 
 
@@ -336,9 +374,10 @@ def load_document(name: str, data: bytes, collector: _Collector) -> None:
 
 
 def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of each file of ``path``: bounded and checked by sources/snapshot_input.py."""
+    limit = snapshot_input.max_bytes()
     if path == "-":
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        yield "<stdin>", stream.read()
+        yield "<stdin>", _refused(snapshot_input.read_stdin, stdin, limit)
         return
     if os.path.isdir(path):
         found = []
@@ -350,15 +389,23 @@ def _read(path: str, stdin: Any) -> Iterator[tuple[str, bytes]]:
             yield from _read(file, stdin)
         return
     try:
-        with open(path, "rb") as handle:
-            data = read_bytes(handle)
-        yield path, data
+        data = _refused(snapshot_input.read_path, path, limit)
     except FileNotFoundError:
         raise SnapshotError(f"{path}: no such file or directory") from None
     except IsADirectoryError:
         raise SnapshotError(f"{path}: is a directory") from None
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    yield path, data
+
+
+def _refused(read: Callable[[Any, int], bytes], what: Any, limit: int) -> bytes:
+    try:
+        return read(what, limit)
+    except SnapshotError:
+        raise
+    except UserError as exc:  # a refusal of snapshot_input: a SnapshotError (read_file's caller tells them apart)
+        raise SnapshotError(exc.message, exc.code) from None
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------

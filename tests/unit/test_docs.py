@@ -202,7 +202,7 @@ def test_troubleshooting_quotes_the_ignored_kind_note(capsys, workdir, monkeypat
 # relative to the page, to the repository root, or the tail of a tracked path. These name files the commands
 # write, a user's own script in an example (get-token.sh), a Python module (msgspec.json) or an upstream source, not files of the repository; bench/out/ is what the
 # benchmarks generate.
-NAMED_ELSEWHERE = {"fleet.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json", "get-token.sh"}
+NAMED_ELSEWHERE = {"fleet.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json", "get-token.sh", "x.json"}
 FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:md|py|yaml|yml|json|sh|toml|go))(?![\w/])")
 
 
@@ -231,8 +231,8 @@ def test_every_file_named_in_the_docs_is_in_the_repository():
 
 def test_the_file_name_check_catches_a_contract_outside_the_repository(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("The seed is the one of API.md §4 (see `kubectl_runs/model.py`, `ledger.py` and fleet.json).\n"
+    page.write_text("The seed is the one of API.md §4 (see `kubectl_runs/model.py`, `cache.py` and fleet.json).\n"
                     "```\nnot-prose.md\n```\n")
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    assert files_named_in_prose(page) == ["API.md", "kubectl_runs/model.py", "ledger.py", "fleet.json"]
+    assert files_named_in_prose(page) == ["API.md", "kubectl_runs/model.py", "cache.py", "fleet.json"]
     assert _missing_files([page], tracked) == [("page.md", "API.md")]

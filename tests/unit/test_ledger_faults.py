@@ -250,3 +250,21 @@ def test_an_open_lease_with_an_end_or_a_closure_reason_is_reported_and_counted_o
     assert report.total_gpu_seconds == (UNTIL - SINCE).total_seconds()  # counted as open, as `closed` says
     reasoned = lease("s", node_name="n1", start=T0, closure_reason="Completed")
     assert kinds(audited(node("n1"), budget(), run("s"), reasoned).findings) == [("OpenWithEnd", "team/s")]
+
+
+def test_the_archive_reports_the_time_faults_of_archived_leases(capsys, tmp_path):
+    """``leases audit --archive``: a lease with no sound interval held no GPU in any window, so the window's view
+    does not hold it; archive/faults.py reads it from the files, and the report equals the snapshot's."""
+    from kubectl_runs.archive import store
+
+    faulty = [lease("a", node_name="n1", start=at(hours=5), ended=at(hours=1)),
+              lease("b", node_name="n1", start=at(hours=6), closed=True)]
+    objects = [node("n1"), budget(), run("a"), run("b")]
+    every = write_fleet(tmp_path / "all.yaml", [*objects, *faulty])
+    live = write_fleet(tmp_path / "live.yaml", objects)
+    store.archive(tmp_path / "archive", faulty, archived_at=AT, before=AT)
+    args = ("leases", "audit", "--at", "2025-11-03T00:00:00Z", "--since", "2025-11-01T00:00:00Z", "-o", "json")
+    want = run_cli(capsys, *args, "--snapshot", every)
+    got = run_cli(capsys, *args, "--snapshot", live, "--archive", str(tmp_path / "archive"))
+    assert got == want
+    assert [f["kind"] for f in json.loads(got[1])["findings"]] == ["InvalidInterval", "ClosedWithoutEnd"]

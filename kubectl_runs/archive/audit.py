@@ -15,12 +15,16 @@ from datetime import datetime
 from ..engine.audit import NODE, AuditReport, checked, window_notes
 from ..engine.audit_periods import Period, PeriodsReport, boundaries, offered
 from ..engine.audit_window import seconds_of
+from ..engine.findings import Finding, sort_findings
+from ..engine.lease_faults import read_at
 from ..model import Snapshot
 from . import breakdown, db, findings, relation
+from .faults import archived_time_findings
 
 
 def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
-          by: Sequence[str], namespace: str | None = None, hours_only: bool = False) -> AuditReport:
+          by: Sequence[str], namespace: str | None = None, hours_only: bool = False,
+          read: datetime | None = None) -> AuditReport:
     """``engine.audit.audit`` of ``snapshot`` plus the leases of ``archives`` (each lease once). ``hours_only``:
     GPU-hours and leases alone, one aggregate over the window (``breakdown.hours``)."""
     by = checked(by, since, until)
@@ -32,8 +36,7 @@ def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: dateti
                            total_leases=leases, findings=[], notes=notes, hours_only=True)
     with _window(snapshot, archives, since, min(until, at), by, namespace) as con:
         rows, micros, leases = breakdown.rows(con, by, namespace)
-        found, instants = findings.findings(con, relation.VIEW, snapshot, since, min(until, at),
-                                            namespace=namespace, notes=notes)
+        found, instants = _findings(con, snapshot, archives, at, since, until, namespace, notes, read)
     return AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
                        total_leases=leases, findings=found, ledger_instants=instants, notes=notes)
 
@@ -41,7 +44,7 @@ def audit(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: dateti
 def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since: datetime, until: datetime,
                   every: str, by: Sequence[str], namespace: str | None = None,
                   capacity: Sequence[tuple[datetime, Mapping[str, int]]] = (),
-                  present: Mapping[str, int] | None = None) -> PeriodsReport:
+                  present: Mapping[str, int] | None = None, read: datetime | None = None) -> PeriodsReport:
     """``engine.audit_periods.audit_periods`` of ``snapshot`` plus the leases of ``archives``: the periods and
     the whole window's rows from one sweep (``breakdown.period_rows``)."""
     by = checked(by, since, until)
@@ -55,8 +58,7 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
             micros, leases = breakdown.lease_totals(con, namespace)
         else:
             micros, leases = sum(p[1] for p in per_period), sum(row.leases for row in rows)
-        found, instants = findings.findings(con, relation.VIEW, snapshot, since, min(until, at),
-                                            namespace=namespace, notes=notes)
+        found, instants = _findings(con, snapshot, archives, at, since, until, namespace, notes, read)
     whole = AuditReport(at=at, since=since, until=until, by=by, rows=rows, total_gpu_seconds=seconds_of(micros),
                         total_leases=leases, findings=found, ledger_instants=instants, notes=notes)
     periods = []
@@ -69,6 +71,17 @@ def audit_periods(snapshot: Snapshot, archives: Sequence, at: datetime, *, since
         periods.append(Period(label, lo, end, period_rows, seconds_of(period_micros), period_leases,
                               offered(capacity, present or {}, lo, end)))
     return PeriodsReport(every=every, audit=whole, periods=periods)
+
+
+def _findings(con, snapshot: Snapshot, archives: Sequence, at: datetime, since: datetime, until: datetime,
+              namespace: str | None, notes: list[str], read: datetime | None) -> tuple[list[Finding], int]:
+    """The window's findings (archive/findings.py), with the time findings of archived leases (archive/faults.py)."""
+    hi_at = min(until, at)
+    read = read_at(snapshot, at, read)
+    found, instants = findings.findings(con, relation.VIEW, snapshot, since, hi_at, namespace=namespace, notes=notes,
+                                        read=read)
+    timed = archived_time_findings(con, archives, snapshot.leases, since, hi_at, read, namespace)
+    return sort_findings([*found, *timed]), instants
 
 
 @contextmanager

@@ -46,6 +46,8 @@ from ..engine.audit_findings import RUN_GONE_REASONS
 from ..engine.audit_slots import NO_NODES_NOTE, double_booked
 from ..engine.audit_window import Window, clip, split_slot
 from ..engine.findings import Finding, sort_findings
+from ..engine.lease_faults import lease_time_findings
+from ..engine.slots import slot_fault
 from ..model import GPULease, Snapshot
 from . import db
 from .manifest import ArchiveError
@@ -72,7 +74,8 @@ EnvelopeKey = tuple[str, str, str]
 
 
 def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetime, *, namespace: str | None = None,
-             ledger_at_starts: bool = True, notes: list[str] | None = None) -> tuple[list[Finding], int]:
+             ledger_at_starts: bool = True, notes: list[str] | None = None,
+             read: datetime | None = None) -> tuple[list[Finding], int]:
     """The findings of the leases of ``view`` — the window ``[since, hi_at)`` (``hi_at``: ``min(until, at)``)
     as archive/relation.py defines it, each lease once — sorted and narrowed to ``namespace`` as the engine's
     ``window_findings``, with the number of ledger instants; the notes the engine adds go into ``notes``.
@@ -106,6 +109,11 @@ def findings(con, view: str, snapshot: Snapshot, since: datetime, hi_at: datetim
     win = clip(sub.leases, since, hi_at) if since < hi_at else Window(lo=0.0, hi=0.0)
     said: list[str] = []
     others, instants = window_findings(sub, win, since, hi_at, namespace, ledger_at_starts, said, double_booked=False)
+    # The times of the live leases (InvalidInterval, ClosedWithoutEnd, FutureStart: engine/lease_faults.py); those
+    # of archived leases are not read back from the archive (docs/arithmetic.md, Findings).
+    # (``read``: when the objects were read, for FutureStart; None: the snapshot's stamp, or not judged)
+    timed = lease_time_findings(snapshot.leases, since, hi_at, read or snapshot.taken_at)
+    others += [f for f in timed if namespace is None or f.namespace == namespace]
     if in_window and not snapshot.nodes and NO_NODES_NOTE not in said:
         said.append(NO_NODES_NOTE)  # the engine says it when the window has leases, not only the part taken
     if notes is not None:
@@ -228,18 +236,13 @@ class _Lists:
         self.shared = {h for held, h in self.rows if len(by_hash[h]) > 1 or any(len(holders[x]) > 1 for x in held)}
 
     def unknown(self, snapshot: Snapshot) -> list[int]:
-        """The hashes of the lists holding a slot the snapshot's nodes do not have (none without nodes)."""
+        """The hashes of the lists holding a slot that names no GPU of the snapshot's nodes (engine/slots.py:
+        without nodes, only malformed slots)."""
         nodes = snapshot.nodes_by_name
-        if not nodes:
-            return []
         out = set()
         for held, h in self.rows:
-            for slot in held:
-                node, ordinal = split_slot(slot)
-                known = nodes.get(node)
-                if known is None or ordinal is None or ordinal >= known.gpus:
-                    out.add(h)
-                    break
+            if any(slot_fault(slot, nodes) is not None for slot in held):
+                out.add(h)
         return sorted(out)
 
     def clashing(self, con, view: str, lo_us: int) -> tuple[dict[str, str], _Holding]:

@@ -67,7 +67,7 @@ class ExplainOptions(RunCommand):
             from ..sources.cluster import recent_events
 
             events = recent_events(opts.source(namespace), namespace, "Run", run.metadata.name, uid=run.metadata.uid)
-        return explain_document(explain_run(snapshot, run, at, events=events), self.fmt)
+        return explain_document(explain_run(snapshot, run, at, events=events, read=opts.wall_clock), self.fmt)
 
 
 @dataclass

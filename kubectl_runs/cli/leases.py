@@ -136,11 +136,11 @@ class AuditOptions(Command):
             if self.every is not None:
                 periods = audit_periods(snapshot, at, since=start, until=end, every=self.every, by=self.by,
                                         namespace=self.namespace, capacity=_recorded_capacity(self.opened),
-                                        present=fleet_gpus(snapshot))
+                                        present=fleet_gpus(snapshot), read=self.opts.wall_clock)
                 self.findings = len(periods.audit.findings)
                 return periods_document(periods, self.namespace)
             report = audit(snapshot, at, since=start, until=end, by=self.by, namespace=self.namespace,
-                           hours_only=self.hours_only)
+                           hours_only=self.hours_only, read=self.opts.wall_clock)
         finally:
             if paused:
                 gc.enable()
@@ -154,11 +154,12 @@ class AuditOptions(Command):
         if self.every is not None:
             periods = archived.audit_periods(snapshot, self.opened, at, since=start, until=end, every=self.every,
                                              by=self.by, namespace=self.namespace,
-                                             capacity=_recorded_capacity(self.opened), present=fleet_gpus(snapshot))
+                                             capacity=_recorded_capacity(self.opened), present=fleet_gpus(snapshot),
+                                             read=self.opts.wall_clock)
             self.findings = len(periods.audit.findings)
             return periods_document(periods, self.namespace)
         report = archived.audit(snapshot, self.opened, at, since=start, until=end, by=self.by,
-                                namespace=self.namespace, hours_only=self.hours_only)
+                                namespace=self.namespace, hours_only=self.hours_only, read=self.opts.wall_clock)
         self.findings = len(report.findings)
         return audit_document(report, self.namespace)
 

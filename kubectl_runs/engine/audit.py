@@ -11,7 +11,10 @@ window and the peak of GPUs held at one instant, with the totals and the finding
   of them (never one finding per pair: 100,000 leases on the same slots are a handful of findings, found in
   O(n log n));
 * ``UnknownNode``, ``UnknownRun``, ``UnknownEnvelope`` — a lease names a node, run or envelope that is not in
-  the snapshot;
+  the snapshot; ``MalformedSlot``, ``SlotOutOfRange`` — a slot that is not ``node#ordinal``, or past the node's
+  GPUs (engine/slots.py);
+* ``InvalidInterval``, ``ClosedWithoutEnd``, ``FutureStart``, ``DanglingReservation`` — times no lease can have,
+  an Activated Reservation naming what is not there (engine/lease_faults.py);
 * ``ACLViolation``, ``Overdraft``, ``UnboundNamespace`` — funding problems, found by the ledger itself
   (``accounting.ledger``) evaluated at the end of the window and at every lease start inside the window where a
   problem is possible (see ``ledger_findings``).
@@ -48,6 +51,7 @@ from .audit_window import (
     split_slot,
 )
 from .findings import Finding, sort_findings
+from .lease_faults import lease_time_findings, read_at, reservation_findings
 
 __all__ = ("DIMENSIONS", "NODE_GONE_REASONS", "NO_ENVELOPE", "RUN_GONE_REASONS", "AuditReport", "AuditRow", "audit",
            "breakdown", "checked", "peak", "split_slot", "window_findings")
@@ -120,15 +124,17 @@ def audit(
     namespace: str | None = None,
     ledger_at_starts: bool = True,
     hours_only: bool = False,
+    read: datetime | None = None,
 ) -> AuditReport:
     """GPU-hours, leases and peak GPUs per key of ``by`` over ``[since, until)``, with findings.
 
     Units: GPU-hours in the rows and totals, GPUs for peaks. Only leases of ``namespace`` are counted and
     reported when it is given; funding is still judged with every lease charged to an envelope (a borrower in
     another namespace uses the same envelope). ``ledger_at_starts=False`` evaluates the ledger only at the end
-    of the window. ``hours_only``: GPU-hours and leases alone (no peaks, no findings: ``--hours-only``)."""
+    of the window. ``hours_only``: GPU-hours and leases alone (no peaks, no findings: ``--hours-only``).
+    ``read``: the wall clock when the objects were read, for a snapshot without a stamp (``FutureStart``)."""
     report = _audit(snapshot, at, since, until, checked(by, since, until), namespace, ledger_at_starts,
-                    findings=not hours_only)
+                    findings=not hours_only, read=read_at(snapshot, at, read))
     if hours_only:
         rows = [AuditRow(row.key, row.gpu_seconds, row.leases, None) for row in report.rows]
         return replace(report, rows=rows, hours_only=True)
@@ -159,6 +165,7 @@ def _audit(
     namespace: str | None,
     ledger_at_starts: bool,
     findings: bool = True,
+    read: datetime | None = None,
 ) -> AuditReport:
     notes = window_notes(at, until)
     hi_at = min(until, at)
@@ -166,7 +173,7 @@ def _audit(
     rows, total_seconds, total_leases = _counted(win, by, namespace)
 
     found, instants = ([], 0) if not findings else window_findings(snapshot, win, since, hi_at, namespace,
-                                                                    ledger_at_starts, notes)
+                                                                    ledger_at_starts, notes, read=read)
     return AuditReport(
         at=at,
         since=since,
@@ -197,6 +204,7 @@ def window_findings(
     ledger_at_starts: bool,
     notes: list[str],
     double_booked: bool = True,
+    read: datetime | None = None,
 ) -> tuple[list[Finding], int]:
     """The findings of the window ``win`` (``clip`` of the snapshot's leases over ``[since, hi_at)``), sorted,
     narrowed to ``namespace`` when given, and how many instants the ledger was evaluated at.
@@ -205,7 +213,10 @@ def window_findings(
     subset): ``DoubleBooked`` on a node on the leases holding slots on it, the reference findings on each lease
     alone, the ledger on the leases open at the end of the window and on the leases of the budgets where a cheap
     bound says a problem is possible — bounds that can only fall when leases are left out.
-    ``double_booked=False`` leaves ``DoubleBooked`` out (the caller finds it another way)."""
+    ``double_booked=False`` leaves ``DoubleBooked`` out (the caller finds it another way). The times of the
+    snapshot's leases (``InvalidInterval``, ``ClosedWithoutEnd`` of those starting in the window, ``FutureStart``
+    after ``read``: engine/lease_faults.py) and its Activated Reservations (``DanglingReservation``) come from
+    the snapshot, not the window (a lease with no sound interval is in no window)."""
     found: list[Finding] = []
     by_payer = group_indices(payers(win))
     found += slot_findings(snapshot, win, notes, double_booked)
@@ -213,6 +224,8 @@ def window_findings(
     found += envelope_findings(snapshot, win, by_payer)
     ledger_found, instants = ledger_findings(snapshot, win, by_payer, since, hi_at, ledger_at_starts)
     found += ledger_found
+    found += lease_time_findings(snapshot.leases, since, hi_at, read or snapshot.taken_at)
+    found += reservation_findings(snapshot, since, hi_at)
     if namespace is not None:
         found = [f for f in found if _finding_namespace(f) == namespace]
     return sort_findings(found), instants

@@ -148,10 +148,11 @@ def audit_periods(
     namespace: str | None = None,
     capacity: Sequence[tuple[datetime, Mapping[str, int]]] = (),
     present: Mapping[str, int] | None = None,
+    read: datetime | None = None,
 ) -> PeriodsReport:
     """The audit of ``[since, until)`` (totals and findings) and its breakdown per period. Periods end at the
     evaluation clock ``at`` like the window: nothing after it is counted, and no capacity is offered after it."""
-    whole = audit(snapshot, at, since=since, until=until, by=by, namespace=namespace)
+    whole = audit(snapshot, at, since=since, until=until, by=by, namespace=namespace, read=read)
     hi = min(until, at)
     # Each period is counted over the leases that can touch it only (the same leases in the same order as the
     # snapshot's, so the same sums): one pass over the instants per period instead of a clip of every lease.

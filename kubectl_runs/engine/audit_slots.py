@@ -1,5 +1,6 @@
 """The slot findings of ``leases audit`` (API.md §5): ``DoubleBooked`` (one finding per node and episode: a
-group of slots held by the same leases over the same stretch of time) and ``UnknownNode``, over the window of
+group of slots held by the same leases over the same stretch of time) and the slots that name no GPU
+(``UnknownNode``, ``MalformedSlot``, ``SlotOutOfRange``: engine/slots.py), over the window of
 engine/audit_window.py. The findings about runs, envelopes and the ledger are engine/audit_findings.py.
 """
 
@@ -14,12 +15,14 @@ from operator import le, lt, neg
 from ..model import GPULease, Snapshot
 from ..timeutil import rfc3339
 from . import findings as fk
-from .audit_window import Window, nodes_of, split_slot
+from .audit_window import Window, nodes_of
 from .findings import Finding
+from .slots import MALFORMED, slot_fault, split_slot
+from .slots import slot_findings as lease_slot_findings
 
 # Closed leases whose node is expected to be gone: not reported as UnknownNode.
 NODE_GONE_REASONS = frozenset({"NodeFailure"})
-NO_NODES_NOTE = "the snapshot has no Nodes: slots were not checked against nodes (UnknownNode)"
+NO_NODES_NOTE = "the snapshot has no Nodes: slots were not checked against nodes (UnknownNode, SlotOutOfRange)"
 
 
 def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_booked: bool = True) -> list[Finding]:
@@ -56,14 +59,21 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
         else:
             for node_name, node_slots in nodes_of(held, node_of).items():
                 per_node.setdefault(node_name, []).append((list_id, node_slots))
-        if bad and not bad.isdisjoint(held):
-            unknown = [said for node, node_slots in nodes_of(held, node_of).items()
-                       for said in _unknown_slots(node, node_slots, nodes)]
+        if bad and not bad.keys().isdisjoint(held):
+            faults: dict[str, list[str]] = {}
+            for slot in dict.fromkeys(held):
+                kind = bad.get(slot)
+                if kind is not None:
+                    faults.setdefault(kind, []).append(slot)
             for i in members[list_id]:
                 lease = win.leases[i]
                 if lease.status.closed and lease.status.closure_reason in NODE_GONE_REASONS:
-                    continue
-                out.append(_unknown_node(lease, unknown))
+                    # The node failed (gone, or fewer GPUs since): only a malformed slot is a fault of the lease.
+                    said = {MALFORMED: faults[MALFORMED]} if MALFORMED in faults else {}
+                else:
+                    said = faults
+                if said:
+                    out.extend(lease_slot_findings(lease, said, nodes))
     for entries in per_node.values() if double_booked else ():
         piled = _piled_up(win, entries, members)
         if piled is not None:
@@ -73,24 +83,16 @@ def slot_findings(snapshot: Snapshot, win: Window, notes: list[str], double_book
     return out
 
 
-def _slot_nodes(lists: list[tuple[str, ...]], nodes: dict) -> tuple[dict[str, str], set[str]]:
-    """Each distinct slot of these lists parsed once: its node, and the slots that name no GPU of a node in the
-    snapshot (none are checked when the snapshot has no nodes)."""
+def _slot_nodes(lists: list[tuple[str, ...]], nodes: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """Each distinct slot of these lists parsed once: its node, and the kind of the slots that name no GPU of a
+    node in the snapshot (engine/slots.py; without nodes, only malformed slots are told)."""
     node_of: dict[str, str] = {}
-    bad: set[str] = set()
-    gpus: dict[str, int | None] = {}  # node -> its GPUs (None: not in the snapshot)
+    bad: dict[str, str] = {}
     for slot in set().union(*lists):
-        node, ordinal = split_slot(slot)
-        node_of[slot] = node
-        if not nodes:
-            continue
-        if node in gpus:
-            count_gpus = gpus[node]
-        else:
-            known = nodes.get(node)
-            count_gpus = gpus[node] = None if known is None else known.gpus
-        if count_gpus is None or ordinal is None or ordinal >= count_gpus:
-            bad.add(slot)
+        node_of[slot] = split_slot(slot)[0]
+        kind = slot_fault(slot, nodes)
+        if kind is not None:
+            bad[slot] = kind
     return node_of, bad
 
 
@@ -179,28 +181,6 @@ def _node_may_double_book(win: Window, entries: list[tuple[int, Sequence[str]]],
     order = sorted(range(len(times)), key=times.__getitem__)
     high = int("10" * len(position), 2)
     return any(map(high.__and__, accumulate(map(deltas.__getitem__, order))))
-
-
-def _unknown_slots(node: str, slots: Sequence[str], nodes: dict) -> list[str]:
-    """What is wrong with these slots of one node ([] = nothing)."""
-    known = nodes.get(node)
-    if known is None:
-        return [f"{node} (not in the snapshot)"]
-    gpus = known.gpus
-    bad = [s for s in slots if (ordinal := split_slot(s)[1]) is None or ordinal >= gpus]
-    if bad:
-        return [f"{', '.join(bad)} (node {node} has {gpus} GPUs: slots #0-#{gpus - 1})"]
-    return []
-
-
-def _unknown_node(lease: GPULease, unknown: list[str]) -> Finding:
-    return Finding(
-        fk.UNKNOWN_NODE,
-        lease.key,
-        f"holds slots on {'; '.join(unknown)}: fix the slot names, or restore the node if it was removed "
-        "while the lease was open",
-        namespace=lease.metadata.namespace,
-    )
 
 
 def _overlaps(win: Window, idx: list[int]) -> bool:

@@ -13,6 +13,7 @@ from itertools import accumulate, compress, count, repeat
 from operator import attrgetter, eq, mul, neg, sub
 
 from ..model import GPULease, GPULeaseSpec, PaidBy
+from .slots import split_slot  # (archive/ reads it from here)
 
 # Above this many keys, peaks come from one sweep over every event instead of one sort per key.
 _MANY_KEYS = 2000
@@ -278,14 +279,6 @@ def group_indices(keys: Iterable) -> dict:
     for i, key in enumerate(keys):
         groups[key].append(i)
     return dict(groups)
-
-
-def split_slot(slot: str) -> tuple[str, int | None]:
-    """``gpu-a-01#3`` -> (``gpu-a-01``, 3); a slot without a valid ``#ordinal`` (ASCII digits) -> (slot, None)."""
-    node, sep, ordinal = slot.rpartition("#")
-    if not sep or not (ordinal.isascii() and ordinal.isdigit()):
-        return slot, None
-    return node, int(ordinal)
 
 
 def nodes_of(slots: tuple[str, ...], node_of: dict[str, str] | None = None) -> dict[str, list[str]]:

@@ -15,7 +15,10 @@ import msgspec
 from ..model import GPULease, Reservation, Run, Snapshot
 from ..timeutil import rfc3339
 from .accounting import BORROWED, OWNED, SHARED, UNFUNDED, LeaseCharge
+from .findings import Finding, sort_findings
+from .lease_faults import read_at, run_lease_findings, sponsor_findings
 from .plan import Plan, open_ledger, plan_run, reservation_of
+from .reports import finding_entries
 from .run_reports import (
     ExplainReport,
     FundingSplit,
@@ -89,6 +92,7 @@ class Explanation:
     leases: tuple[LeaseView, ...]  # open first, then the most recent
     events: tuple[dict, ...] | None = None  # live only: the run's recent core/v1 Events
     draws: tuple[RunDraw, ...] = ()  # the recorded draws this run was in: its tickets and places, verified
+    findings: tuple[Finding, ...] = ()  # what is wrong with its leases and sponsors (engine/lease_faults.py)
 
     @property
     def report(self) -> ExplainReport:
@@ -116,17 +120,21 @@ class Explanation:
             reservation=reservation_entry(self.reservation),
             preemptions=preemptions,
             leases=[view.entry for view in self.leases],
+            findings=finding_entries(list(self.findings)),
             events=None if self.events is None else [dict(e) for e in self.events],
         )
 
 
 def explain_run(
-    snapshot: Snapshot, run: Run, at: datetime, *, events: Sequence[Mapping[str, Any]] | None = None
+    snapshot: Snapshot, run: Run, at: datetime, *, events: Sequence[Mapping[str, Any]] | None = None,
+    read: datetime | None = None,
 ) -> Explanation:
     """Everything about ``run`` at ``at``: its plan, how its open leases are funded (and by which lenders), its
     reservation, its preemption history (from its leases closed by RandomPreempt/ReclaimUnfunded with
     ``status.preemption`` and from ``status.preemptions``, each checked like ``seeds verify``), its leases, and
-    — when given (live) — its recent Events."""
+    — when given (live) — its recent Events; and the findings about its leases (the slots of the open ones, the
+    times of all: engine/lease_faults.py) and its sponsors. ``read``: the wall clock when the objects were read,
+    for a snapshot without a stamp (``FutureStart``)."""
     leases, book = open_ledger(snapshot, at)
     result = plan_run(snapshot, run, at, leases=leases, book=book)
     mine = snapshot.leases_by_run.get(run.key, [])
@@ -145,6 +153,9 @@ def explain_run(
         key=lambda v: (not v.open, -v.lease.spec.start.timestamp(), v.lease.key),
     )
     draws = tuple(run_draws(snapshot, run.key))
+    open_keys = {key: charge for key, charge in charges.items() if charge is not None}
+    found = run_lease_findings(snapshot, mine, open_keys, read_at(snapshot, at, read))
+    found += sponsor_findings(snapshot, run)
     return Explanation(
         run=run,
         at=at,
@@ -159,6 +170,7 @@ def explain_run(
         leases=tuple(views),
         events=None if events is None else tuple(events),
         draws=draws,
+        findings=tuple(sort_findings(found)),
     )
 
 

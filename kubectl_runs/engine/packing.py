@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..model import GPULease, Node, Snapshot
+from .slots import gpu_of
 
 NO_DOMAIN = ""  # nodes without a fabric.domain label form one domain of their own
 
@@ -55,15 +56,19 @@ def candidate_nodes(snapshot: Snapshot, flavor: str, domain: str | None = None) 
 
 
 def used_slots(nodes: Iterable[Node], leases: Iterable[GPULease]) -> dict[str, set[str]]:
-    """The valid slots of ``nodes`` held by ``leases`` (a slot held twice counts once; a slot a node does not
-    have, ``gpu-a-01#9`` on an 8-GPU node, is ignored)."""
+    """The valid slots of ``nodes`` held by ``leases`` (a slot held twice counts once; a slot that names no GPU of
+    the node — ``gpu-a-01#8`` or ``#9`` on an 8-GPU node, or not ``node#ordinal`` at all: engine/slots.py — is
+    ignored: it is a finding, not a used GPU)."""
     wanted = {node.name: node.gpus for node in nodes}
     used: dict[str, set[str]] = {}
     for lease in leases:
         for slot in lease.spec.slice.slots:
-            name, _, ordinal = slot.rpartition("#")
+            gpu = gpu_of(slot)
+            if gpu is None:
+                continue
+            name, ordinal = gpu
             gpus = wanted.get(name)
-            if gpus is None or not ordinal.isdigit() or int(ordinal) >= gpus:
+            if gpus is None or ordinal >= gpus:
                 continue
             used.setdefault(name, set()).add(slot)
     return used

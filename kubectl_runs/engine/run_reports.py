@@ -16,7 +16,7 @@ import msgspec
 from ..model import ClosureReason, ReservationState, RunPhase
 from ..timeutil import rfc3339
 from .codes import Confidence, FundingClass, ReasonCode, Relation, RemedyKind
-from .reports import Value
+from .reports import FindingEntry, Value
 
 if TYPE_CHECKING:
     from ..model import Reservation
@@ -226,6 +226,7 @@ class ExplainReport(Value, omit_defaults=True):
     reservation: ReservationEntry | None
     preemptions: list[PreemptionEntry]
     leases: list[LeaseEntry]
+    findings: list[FindingEntry]  # about its leases and sponsors (docs/arithmetic.md, Findings)
     events: list[dict[str, Any]] | None = None
 
 

@@ -11,6 +11,7 @@ from .accounting import AggregateUsage, EnvelopeUsage, ledger
 from .findings import Finding, sort_findings
 from .owners import is_ancestor
 from .reports import UsageReport, aggregate_row, envelope_row, finding_entries
+from .slots import leases_slot_findings
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ def budget_usage(
     namespace: str | None = None,
 ) -> BudgetUsage:
     """The ledger over the whole snapshot, then the rows asked for: ``namespace`` (``-n``) narrows the rows and
-    findings but not the arithmetic — a lease in one namespace may be charged to an envelope in another."""
+    findings but not the arithmetic — a lease in one namespace may be charged to an envelope in another. The
+    findings are the ledger's and those of the open leases' slots (``MalformedSlot``, ``SlotOutOfRange``,
+    ``UnknownNode``): such a slot is still one GPU charged to its envelope."""
     book = ledger(snapshot, at)
     kept = [
         usage
@@ -73,6 +76,8 @@ def budget_usage(
             return finding.envelope in kept_keys
         return finding.namespace in kept_namespaces
 
-    findings = [f for f in book.findings if concerns_kept(f)]
+    # The open leases counted here whose slots name no GPU (engine/slots.py): counted, and said.
+    slots_said = leases_slot_findings(((c.lease, c.envelope) for c in book.charges.values()), snapshot.nodes_by_name)
+    findings = [f for f in [*book.findings, *slots_said] if concerns_kept(f)]
     return BudgetUsage(at=at, envelopes=kept, aggregates=aggregates, findings=sort_findings(findings))
 

@@ -1,5 +1,6 @@
 """The view of ``explain``: a header of labelled lines (run, request, width, funding, plan, reservation), then
-the plan's reasons and remedies, the run's leases, its preemptions with their draws, and — live — its Events."""
+the plan's reasons and remedies, the run's leases, its preemptions with their draws, the findings about its
+leases and sponsors, and — live — its Events."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..engine.verify import RunDraw
 from ..render import TABLE, Column, Document, Section
 from ..text import when
 from ..timeutil import parse_time
-from . import age, labelled_lines, relative
+from . import age, findings_section, labelled_lines, relative
 from .plan import forecast_lines, headline, plan_sections, wrapped
 
 RECENT_CLOSED = 8  # closed leases shown in the table (JSON lists them all)
@@ -26,7 +27,7 @@ def explain_document(info: Explanation, fmt: str) -> Document:
         data=plain(info.report),
         summary=header_lines(info, wrap=wrap),
         sections=[*plan_sections(info.plan)[:2], leases_section(info), preemptions_section(info, by_key),
-                  *events_sections(info)],
+                  findings_section(info.findings), *events_sections(info)],
     )
 
 
@@ -107,7 +108,7 @@ def leases_section(info: Explanation) -> Section:
             Column("GPUS", lambda v: v.lease.gpus),
             Column("CLASS", lambda v: v.cls),
             Column("PAID-BY", lambda v: "/".join(v.lease.payer) if v.lease.payer else "<unfunded>", wide=True),
-            Column("NODES", lambda v: ",".join(sorted({s.rpartition("#")[0] for s in v.lease.spec.slice.slots})),
+            Column("NODES", lambda v: ",".join(sorted({s.rpartition("#")[0] or s for s in v.lease.spec.slice.slots})),
                    wide=True),
             Column("STARTED", lambda v: v.lease.spec.start, show=lambda v: relative(v.lease.spec.start, at)),
             Column("STATUS", lambda v: v.open, show=lambda v: _lease_status(v, at)),

@@ -254,7 +254,8 @@ def test_identical_slot_lists_back_to_back_are_not_double_booked():
 
 
 def test_unknown_node_and_slot():
-    """ghost is not a node; n1 has 8 GPUs, so n1#9 is not one of its slots (#0-#7). A lease closed after a
+    """ghost is not a node (UnknownNode); n1 has 8 GPUs, so n1#9 is not one of its slots (#0-#7: SlotOutOfRange,
+    issue #28 — it was UnknownNode, with a text saying the node exists). A lease closed after a
     NodeFailure on a node that is gone is expected history, not a finding."""
     ghost = lease("ghost", slot_list=["ghost#0"], start=at(hours=25), ended=at(hours=26))
     ninth = lease("ninth", slot_list=["n1#9"], start=at(hours=25), ended=at(hours=26))
@@ -264,9 +265,9 @@ def test_unknown_node_and_slot():
         {"kind": "UnknownNode", "lease": "team/ghost",
          "detail": "holds slots on ghost (not in the snapshot): fix the slot names, or restore the node if it was "
          "removed while the lease was open"},
-        {"kind": "UnknownNode", "lease": "team/ninth",
-         "detail": "holds slots on n1#9 (node n1 has 8 GPUs: slots #0-#7): fix the slot names, or restore the "
-         "node if it was removed while the lease was open"},
+        {"kind": "SlotOutOfRange", "lease": "team/ninth",
+         "detail": "holds slot n1#9 (node n1 has 8 GPUs: slots #0-#7): an ordinal past the node's GPUs names no "
+         "GPU; budgets count it, node capacity does not; fix the slot names"},
     ]
 
 

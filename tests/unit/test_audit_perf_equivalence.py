@@ -20,6 +20,7 @@ from kubectl_runs.engine.accounting import ledger
 from kubectl_runs.engine.audit import NO_ENVELOPE, NODE_GONE_REASONS, RUN_GONE_REASONS, audit, split_slot
 from kubectl_runs.engine.findings import Finding, sort_findings
 from kubectl_runs.engine.reports import finding_entries, plain
+from kubectl_runs.engine.slots import slot_findings as lease_slot_findings
 from kubectl_runs.model import Snapshot
 from kubectl_runs.timeutil import rfc3339
 
@@ -79,26 +80,26 @@ def reference(fleet: Snapshot, since: datetime, until: datetime, by: tuple[str, 
 
 
 def _slot_findings(fleet, window):
+    """Each lease's slots judged one by one (the kinds of engine/slots.py, worded by its ``slot_findings``)."""
     found = []
     nodes = fleet.nodes_by_name
     for x, _s, _e in window:
-        if not nodes or (x.status.closed and x.status.closure_reason in NODE_GONE_REASONS):
-            continue
-        unknown = []
-        by_node: dict[str, list[str]] = {}
-        for slot in x.spec.slice.slots:
-            by_node.setdefault(split_slot(slot)[0], []).append(slot)
-        for node_name, held in by_node.items():
-            known = nodes.get(node_name)
-            if known is None:
-                unknown.append(f"{node_name} (not in the snapshot)")
+        gone = x.status.closed and x.status.closure_reason in NODE_GONE_REASONS
+        faults: dict[str, list[str]] = {}
+        for slot in dict.fromkeys(x.spec.slice.slots):
+            name, _sep, ordinal = slot.rpartition("#")
+            if not name or not ordinal.isascii() or not ordinal.isdigit() or (ordinal != "0" and ordinal[0] == "0"):
+                kind = fk.MALFORMED_SLOT
+            elif not nodes or gone:
                 continue
-            bad = [s for s in held if split_slot(s)[1] is None or split_slot(s)[1] >= known.gpus]
-            if bad:
-                unknown.append(f"{', '.join(bad)} (node {node_name} has {known.gpus} GPUs: slots #0-#{known.gpus - 1})")
-        if unknown:
-            found.append(Finding(fk.UNKNOWN_NODE, x.key, f"holds slots on {'; '.join(unknown)}: fix the slot names, or "
-                                 "restore the node if it was removed while the lease was open"))
+            elif name not in nodes:
+                kind = fk.UNKNOWN_NODE
+            elif int(ordinal) >= nodes[name].gpus:
+                kind = fk.SLOT_OUT_OF_RANGE
+            else:
+                continue
+            faults.setdefault(kind, []).append(slot)
+        found.extend(lease_slot_findings(x, faults, nodes))
     found.extend(_double_bookings(window))
     return found
 

@@ -91,7 +91,8 @@ def test_explain_json_keys_and_values(capsys, fleet):
     """API.md §5: run, phase, width, funding{owned, shared, borrowed, unfunded, lenders}, plan, reservation,
     preemptions (each with seed and verified), leases."""
     data = explain_json(capsys, "busy", "team", "--snapshot", fleet, "--at", AT)
-    assert list(data) == ["run", "phase", "width", "funding", "plan", "reservation", "preemptions", "leases"]
+    assert list(data) == ["run", "phase", "width", "funding", "plan", "reservation", "preemptions", "leases",
+                          "findings"]
     assert (data["run"], data["phase"], data["reservation"]) == ("team/busy", "Running", None)
     assert data["width"] == {"min": 8, "max": 8, "desired": 8, "allocated": 8}
     assert data["funding"] == {"owned": 8, "shared": 0, "borrowed": 0, "unfunded": 0, "lenders": []}

@@ -336,8 +336,9 @@ def test_the_command_prints_the_json_paths_findings(capsys, tmp_path, namespace)
     open ones live) prints exactly what ``leases audit`` prints on one snapshot holding every lease."""
     from builders import run_cli, write_fleet
 
-    leases = sorted([*(x for case in PLANTED.values() for x in case), *(x for _b, ls in LEDGER.values() for x in ls)],
-                    key=_key)
+    # (not "duplicate-slot": a snapshot refuses a slot given twice, as the API server does since #28)
+    leases = sorted([*(x for name, case in PLANTED.items() if name != "duplicate-slot" for x in case),
+                     *(x for _b, ls in LEDGER.values() for x in ls)], key=_key)
     others = [*NODES, BUDGET, *(b for budgets, _ls in LEDGER.values() for b in budgets), run("r")]
     everything = write_fleet(tmp_path / "all.yaml", [*others, *leases])
     live = write_fleet(tmp_path / "live.yaml", [*others, *(x for x in leases if not x.status.closed)])

@@ -794,8 +794,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(s % 100 or s <= 0 for s in sizes) or sizes != sorted(sizes):
         parser.error("--runs: ascending multiples of 100")
     help_text = reconcile_help()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()  # noqa: E731
+    commit = f"{git('rev-parse', '--short', 'HEAD')} (kubectl_runs/ last changed in " \
+             f"{git('log', '-1', '--format=%h', '--', 'kubectl_runs')}" \
+             f"{', with local changes' if git('status', '--porcelain', '--', 'kubectl_runs') else ''})"
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     log(f"logs in {work}; load average {load_average()}")
     started = time.monotonic()

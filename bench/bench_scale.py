@@ -29,7 +29,8 @@ Phase 1, the status path (no ``--manage-leases``, as issue 12):
 Phase 2, the ledger keeper (``--manage-leases``), a new process over the converged fleet:
 
 - *idle resync*: the writes of its start-up pass over the converged fleet — the same ``All`` key a periodic
-  resync queues (every object evaluated, and the ledger pass) — must be 0.
+  resync queues (every object evaluated, and the ledger pass) — must be 0. Capped (``--keeper-cap``): then the
+  writes by the cap, and the new Runs below are measured while the keeper still works through that pass.
 - *new Run → its leases minted*: create a 4-GPU Run (4 groups of 1 GPU) in ``team0`` (12 GPUs of headroom),
   poll its GPULeases (label ``jobtree.dev/run``) until 4 are open; then delete the Run and wait until the keeper
   closed them and is idle. ``--mint-samples`` samples; median and p99.
@@ -451,7 +452,9 @@ def spec_latency(cp, rec: Reconciler, samples: int, cap: float) -> tuple[list[fl
 # --- phase 2: the ledger keeper ----------------------------------------------------------------------------
 
 
-def mint_latency(cp, rec: Reconciler, samples: int, cap: float) -> tuple[list[float], int]:
+def mint_latency(cp, rec: Reconciler, samples: int, cap: float, idle: bool = True) -> tuple[list[float], int]:
+    """New Run → its leases open: (latencies, samples not minted within cap). Each sample starts once the keeper
+    is idle again, unless it was not idle to begin with (``idle``: its start-up pass had not ended by the cap)."""
     ns = scale_fleet.namespace(0)
     out, failed = [], 0
     for i in range(samples):
@@ -485,7 +488,7 @@ def mint_latency(cp, rec: Reconciler, samples: int, cap: float) -> tuple[list[fl
         t1 = time.monotonic()
         while open_leases() and time.monotonic() - t1 < cap:
             time.sleep(0.1)
-        while not rec.settled() and time.monotonic() - t1 < cap:
+        while idle and not rec.settled() and time.monotonic() - t1 < cap:
             pass
     return out, failed
 
@@ -647,12 +650,14 @@ def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
             if synced is None:
                 out["idle"] = f"did not sync in {args.cold_cap:g} s"
             else:
-                ok, _, writes = wait_quiet(cp, rec, 3.0, args.cold_cap, base)
+                ok, _, writes = wait_quiet(cp, rec, 3.0, args.keeper_cap, base)
                 out["restart"] = time.monotonic() - rec.started
                 out["idle_writes"], out["idle_quiet"] = writes, ok
                 log(f"[{runs:,} runs] keeper start-up pass over the converged fleet: {out['restart']:.1f} s, "
-                    f"{total(writes)} writes ({by_resource(writes)})" + ("" if ok else " — not idle by the cap"))
-                mint, failed = mint_latency(cp, rec, args.mint_samples, args.sample_cap)
+                    f"{total(writes)} writes ({by_resource(writes)})"
+                    + ("" if ok else f" — not idle in {args.keeper_cap:g} s: the new Runs are measured while it "
+                                     "works through the pass"))
+                mint, failed = mint_latency(cp, rec, args.mint_samples, args.sample_cap, idle=ok)
                 out["mint"], out["mint_failed"] = mint, failed
             out["hwm2"] = rec.hwm()
         finally:
@@ -710,8 +715,8 @@ def cell(r: dict, key: str, args) -> str:
         if "idle_writes" not in r:
             return r.get("idle", "not measured")
         return (f"**{total(r['idle_writes'])}** ({by_resource(r['idle_writes'])}; start-up pass of the keeper over "
-                f"the converged fleet, {r['restart']:.0f} s" + ("" if r["idle_quiet"] else ", not idle by the cap")
-                + ")")
+                f"the converged fleet, {r['restart']:.0f} s"
+                + ("" if r["idle_quiet"] else f": not idle in {args.keeper_cap:g} s, the writes by then") + ")")
     if key == "rss":
         parts = [f"{r['hwm1']:,} MB (status path)"] if "hwm1" in r else []
         parts += [f"{r['hwm2']:,} MB (--manage-leases)"] if "hwm2" in r else []
@@ -773,6 +778,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-cap", type=float, default=2400, help="seconds a cold start may take")
     parser.add_argument("--change-cap", type=float, default=900, help="seconds one lease change may take")
     parser.add_argument("--sample-cap", type=float, default=300, help="seconds one spec/mint sample may take")
+    parser.add_argument("--keeper-cap", type=float, default=1200,
+                        help="seconds the --manage-leases start-up pass over the converged fleet may take")
     parser.add_argument("--ledger-cap", type=float, default=600, help="seconds one offline ledger pass may take")
     parser.add_argument("--threads", type=int, default=24, help="loader threads")
     parser.add_argument("--load-through-api", action="store_true",
@@ -792,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         args.runs = "100"
         args.changes, args.spec_samples, args.mint_samples = 2, 5, 3
         args.quiet, args.cold_cap, args.change_cap, args.sample_cap, args.ledger_cap = 3, 60, 60, 30, 30
+        args.keeper_cap = 60
     sizes = [int(x) for x in args.runs.split(",")]
     if any(s % 100 or s <= 0 for s in sizes) or sizes != sorted(sizes):
         parser.error("--runs: ascending multiples of 100")

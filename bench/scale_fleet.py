@@ -3,8 +3,9 @@
 
     .venv/bin/python -m bench.generate --size runs10k -o /tmp/runs10k.json    # the same fleet as a snapshot file
 
-Per block of 100 runs, one namespace ``team<block>`` with one Budget ``main`` (one envelope of flavor H100 whose
-window covers now ± 30 days):
+Per block of 100 runs, one namespace ``team<block>`` with one Budget ``main`` of owner ``team<block>`` (one
+segment: no parent, so no siblings — no team's headroom funds another's runs) and one envelope of flavor H100
+whose window covers now ± 30 days:
 
 - 65 **Running** runs of 20 GPUs (20 groups of 1 GPU, one open GPULease each: 1,300 open leases),
 - 30 **Succeeded** runs with their closed history (700 closed leases),
@@ -64,7 +65,7 @@ def run_name(block: int, index: int) -> str:
 
 def lease(name: str, ns: str, run: str, group: int, slots: list[str], start: datetime) -> dict:
     return {"apiVersion": API_VERSION, "kind": "GPULease", "metadata": {"name": name, "namespace": ns},
-            "spec": {"owner": f"org:{ns}", "runRef": {"namespace": ns, "name": run}, "group": group,
+            "spec": {"owner": ns, "runRef": {"namespace": ns, "name": run}, "group": group,
                      "flavor": FLAVOR, "slice": {"slots": slots, "role": "Active"},
                      "paidBy": {"budget": "main", "envelope": "main"}, "start": iso(start), "reason": "Start"}}
 
@@ -75,7 +76,7 @@ def block_objects(block: int, now: datetime, budget_gpus: int | None = None) -> 
     objects: list[dict] = []
     window = {"start": iso(now - timedelta(days=30)), "end": iso(now + timedelta(days=30))}
     objects.append({"apiVersion": API_VERSION, "kind": "Budget", "metadata": {"name": "main", "namespace": ns},
-                    "spec": {"owner": f"org:{ns}", "envelopes": [
+                    "spec": {"owner": ns, "envelopes": [
                         {"name": "main", "flavor": FLAVOR, "concurrency": budget_gpus or OPEN_GPUS + HEADROOM,
                          **window}]}})
     gpu = 0

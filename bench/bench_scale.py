@@ -778,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-cap", type=float, default=2400, help="seconds a cold start may take")
     parser.add_argument("--change-cap", type=float, default=900, help="seconds one lease change may take")
     parser.add_argument("--sample-cap", type=float, default=300, help="seconds one spec/mint sample may take")
-    parser.add_argument("--keeper-cap", type=float, default=1200,
+    parser.add_argument("--keeper-cap", type=float, default=600,
                         help="seconds the --manage-leases start-up pass over the converged fleet may take")
     parser.add_argument("--ledger-cap", type=float, default=600, help="seconds one offline ledger pass may take")
     parser.add_argument("--threads", type=int, default=24, help="loader threads")

@@ -13,9 +13,13 @@ its own; no rate-limit flag: its defaults). Per size:
 
 Phase 1, the status path (no ``--manage-leases``, as issue 12):
 
-- *cold start*: process start → every Run has ``status.plan`` (the reconciler idle, the API server's write count
-  still, then every Run listed and checked); the writes it took, by resource. Capped (``--cold-cap``): a cold
-  start that does not converge is a row "did not converge in N s" with what was written by then.
+- *cold start*: process start → every Run has ``status.plan`` (every Run listed and checked whenever the API
+  server's write count has been still for 3 s), the time of the last write (the reconciler's log line of it);
+  the writes it took, by resource; then the time until the reconciler is idle (under 0.1 CPU-s in 2 s: its work
+  queue drained). Capped (``--cold-cap``, from process start): a cold start that does not converge is a row
+  "did not converge in N s" with what was written by then; one that converges but is not idle by the cap says
+  so with its work queue's depth (``jobtree_workqueue_depth``), and the rows below are then not measured (they
+  need an idle reconciler; ``--measure-unconverged`` measures them anyway).
 - *one lease change*: close an open GPULease of a Running run (its GPU failed; ``ended`` = now), then create its
   replacement on the same slot, alternately (``--changes`` samples). Writes the API server counts within
   ``--immediate`` seconds (2) of the change (the change's own write not counted), and in all: when the reconciler has ``--status-interval`` (found in
@@ -62,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -285,6 +290,18 @@ class Reconciler:
         time.sleep(window)
         return self.cpu() - before < busy
 
+    def queue_depth(self) -> str:
+        """jobtree_workqueue_depth from the reconciler's /metrics (keys waiting), as text."""
+        try:
+            line = next(x for x in self.lines() if 'msg="serving metrics"' in x)
+            url = re.search(r"url=(\S+)", line).group(1)
+            with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+                text = resp.read().decode()
+            depth = float(re.search(r"^jobtree_workqueue_depth (\S+)$", text, re.M).group(1))
+            return f"{depth:,.0f} keys"
+        except Exception as exc:  # a diagnostic only
+            return f"depth unknown: {type(exc).__name__}"
+
     def hwm(self) -> int:
         """VmHWM (peak RSS) in MB."""
         text = Path(f"/proc/{self.proc.pid}/status").read_text()
@@ -357,30 +374,46 @@ def ms(seconds: float) -> str:
 
 
 def cold_start(cp, rec: Reconciler, cap: float, out: dict) -> bool:
+    """Process start → every Run has status (checked by a list whenever the API server's write count has been
+    still for 3 s; the reconciler need not be idle), then → the reconciler idle. True when both came within
+    ``cap``; the rest of the size is measured from an idle reconciler only."""
     base = out["cold_base"]
     synced = rec.wait_log("msg=synced", cap)
     if synced is None:
         out["cold"] = f"did not sync in {cap:g} s"
         return False
     out["synced"] = synced
+    last, still = server_writes(cp), time.monotonic()
     while True:
-        left = cap - (time.monotonic() - rec.started)
-        ok, _, writes = wait_quiet(cp, rec, 3.0, max(left, 1), base)
-        missing, runs = runs_without_status(cp)
+        time.sleep(1.0)
+        rec.alive()
+        current = server_writes(cp)
+        if current != last:
+            last, still = current, time.monotonic()
         elapsed = time.monotonic() - rec.started
-        if ok and not missing:
-            # the moment of the last write: the reconciler's own log line of it (the API server's count is polled)
-            stamps = [re.search(r"time=(\S+)", x).group(1) for x in rec.lines() if "msg=write " in x]
-            last = (datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
-                    if stamps else time.time())
-            out["converged"] = last - out["cold_wall"]
+        if time.monotonic() - still >= 3.0 or elapsed >= cap:
+            missing, runs = runs_without_status(cp)
+            writes = minus(server_writes(cp), base)
             out["cold_writes"] = writes
+            if not missing:
+                # the moment of the last write: the reconciler's own log line of it (the API server's count is polled)
+                stamps = [re.search(r"time=(\S+)", x).group(1) for x in rec.lines() if "msg=write " in x]
+                when = (datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+                        if stamps else time.time())
+                out["converged"] = when - out["cold_wall"]
+                break
+            if elapsed >= cap:
+                out["cold"] = (f"did not converge in {cap:g} s: {runs - missing:,} of {runs:,} Runs with status, "
+                               f"{total(writes):,} writes ({by_resource(writes)})")
+                return False
+            still = time.monotonic()
+    while time.monotonic() - rec.started < cap:
+        if rec.settled():
+            out["idle_after"] = time.monotonic() - rec.started
+            out["cold_writes"] = minus(server_writes(cp), base)
             return True
-        if elapsed >= cap:
-            out["cold"] = (f"did not converge in {cap:g} s: {runs - missing:,} of {runs:,} Runs with status, "
-                           f"{total(writes):,} writes ({by_resource(writes)})")
-            out["cold_writes"] = writes
-            return False
+    out["not_idle"] = f"not idle {cap:g} s after start (work queue {rec.queue_depth()})"
+    return False
 
 
 def lease_changes(cp, rec: Reconciler, args, interval: float | None) -> list[dict]:
@@ -629,7 +662,9 @@ def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
         converged = cold_start(cp, rec, args.cold_cap, out)
         log(f"[{runs:,} runs] cold start: " + (f"synced {out['synced']:.1f} s, every status {out['converged']:.1f} s, "
                                               f"{total(out['cold_writes']):,} writes ({by_resource(out['cold_writes'])})"
-                                              if converged else out["cold"]) + f"; load {load_average()}")
+                                              + (f", idle at {out['idle_after']:.0f} s" if converged
+                                                 else f", {out.get('not_idle')}")
+                                              if "converged" in out else out["cold"]) + f"; load {load_average()}")
         if converged or args.measure_unconverged:
             out["changes"] = lease_changes(cp, rec, args, interval)
             spec, failed = spec_latency(cp, rec, args.spec_samples, args.sample_cap)
@@ -675,11 +710,16 @@ def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
     return out
 
 
+def skipped(r: dict) -> str:
+    why = r.get("cold") or r.get("not_idle")
+    return f"not measured: the cold start {why}" if why else "not measured"
+
+
 def cell(r: dict, key: str, args) -> str:
     if key == "changes":
         changes = r.get("changes")
         if not changes:
-            return r.get("cold", "not measured")
+            return skipped(r)
         parts = []
         for s in changes:
             runs_all = sum(v for k, v in s["writes"].items() if "runs/status" in k)
@@ -691,14 +731,14 @@ def cell(r: dict, key: str, args) -> str:
         spec = r.get("spec") or []
         failed = r.get("spec_failed", 0)
         if not spec:
-            return f"did not converge in {args.sample_cap:g} s" if failed else "not measured"
+            return f"did not converge in {args.sample_cap:g} s" if failed else skipped(r)
         return (f"{ms(pct(spec, 0.99))} (median {ms(statistics.median(spec))}, n={len(spec)}"
                 + (f", {failed} did not converge in {args.sample_cap:g} s" if failed else "") + ")")
     if key == "mint":
         mint = r.get("mint") or []
         failed = r.get("mint_failed", 0)
         if not mint:
-            return f"did not converge in {args.sample_cap:g} s" if failed else r.get("idle", "not measured")
+            return f"did not converge in {args.sample_cap:g} s" if failed else r.get("idle") or skipped(r)
         return (f"{ms(pct(mint, 0.99))} (median {ms(statistics.median(mint))}, n={len(mint)}"
                 + (f", {failed} did not converge in {args.sample_cap:g} s" if failed else "") + ")")
     if key == "ledger":
@@ -709,11 +749,12 @@ def cell(r: dict, key: str, args) -> str:
         if "converged" not in r:
             return r.get("cold", "not measured")
         writes = r["cold_writes"]
+        idle = (f"idle at {r['idle_after']:.0f} s" if "idle_after" in r else r.get("not_idle", ""))
         return (f"{r['converged']:.1f} s (synced {r['synced']:.1f} s; {total(writes):,} writes, "
-                f"{total(writes) / max(r['converged'] - r['synced'], 0.001):,.0f}/s after sync)")
+                f"{total(writes) / max(r['converged'] - r['synced'], 0.001):,.0f}/s after sync; {idle})")
     if key == "idle":
         if "idle_writes" not in r:
-            return r.get("idle", "not measured")
+            return r.get("idle") or skipped(r)
         return (f"**{total(r['idle_writes'])}** ({by_resource(r['idle_writes'])}; start-up pass of the keeper over "
                 f"the converged fleet, {r['restart']:.0f} s"
                 + ("" if r["idle_quiet"] else f": not idle in {args.keeper_cap:g} s, the writes by then") + ")")

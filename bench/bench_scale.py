@@ -238,7 +238,7 @@ def reconcile_help() -> str:
 
 def flag_default(help_text: str, flag: str) -> str | None:
     """The ``[default: …]`` click prints after ``flag``'s help, or "" when the flag has none; None if no flag."""
-    m = re.search(rf"{re.escape(flag)}\b(.*?)(?=\n\s+-|\Z)", help_text, re.S)
+    m = re.search(rf"^ {{2}}(?:-\w, )?{re.escape(flag)}\b(.*?)(?=\n {{2}}-|\Z)", help_text, re.S | re.M)
     if m is None:
         return None
     d = re.search(r"\[default:\s*([^\]]+)\]", m.group(1))
@@ -782,6 +782,8 @@ def report(results: list[dict], args, help_text: str, commit: str, elapsed: floa
     flags = {f: flag_default(help_text, f) for f in ("--status-interval", "--kube-api-qps", "--kube-api-burst")}
     found = "; ".join(f"`{f}` {'absent' if d is None else 'default ' + (d or '(none printed)')}"
                       for f, d in flags.items())
+    if flags["--status-interval"] is not None and args.status_interval is not None:
+        found += f"; passed `--status-interval {args.status_interval:g}s`"
     print(f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit} on {cpu}, {os.cpu_count()} cores "
           f"(shared with other work); Python {platform.python_version()}; `python -m bench.bench_scale "
           f"{' '.join(args.argv)}` ({elapsed:.0f} s in all). Reconciler flags found: {found}.")
@@ -841,6 +843,8 @@ def main(argv: list[str] | None = None) -> int:
         args.changes, args.spec_samples, args.mint_samples = 2, 5, 3
         args.quiet, args.cold_cap, args.change_cap, args.sample_cap, args.ledger_cap = 3, 60, 60, 30, 30
         args.keeper_cap = 60
+        if args.status_interval is None:
+            args.status_interval = 5.0  # when the reconciler has the flag: a short window keeps --quick short
     sizes = [int(x) for x in args.runs.split(",")]
     if any(s % 100 or s <= 0 for s in sizes) or sizes != sorted(sizes):
         parser.error("--runs: ascending multiples of 100")

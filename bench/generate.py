@@ -2,6 +2,10 @@
 
     python -m bench.generate --size large -o bench/out/large.json
     python -m bench.generate --nodes 64 --envelopes 64 --leases 2000 --seed 7 -o /tmp/fleet.json
+    python -m bench.generate --size runs10k -o /tmp/runs10k.json    # issue 27's reconciler fleet (runs1k too)
+
+(``runs1k``/``runs10k`` are not this generator's fleets: they write bench/scale_fleet.py's — issue 12's shape of
+1,000 / 10,000 runs with 20,000 / 200,000 leases, the fleet bench/bench_scale.py loads into a live API server.)
 
 What it builds (the same seed gives the same bytes):
 
@@ -89,6 +93,7 @@ SIZES = {
     "large": Size(nodes=4096, envelopes=2000, leases=200_000),  # issue 2's fleet
     "history": Size(nodes=4096, envelopes=2000, leases=1_000_000),
 }
+SCALE_SIZES = {"runs1k": 10, "runs10k": 100}  # blocks of 100 runs of bench/scale_fleet.py (issue 27)
 
 # flavor -> (short name, GPU resource, fabric name, instance type)
 FLAVORS = {
@@ -1447,9 +1452,10 @@ def generate(path: str, *, nodes: int, envelopes: int, leases: int, seed: int = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.generate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="small",
+    parser.add_argument("--size", choices=sorted([*SIZES, *SCALE_SIZES]), default="small",
                         help="preset sizes: small (256 nodes, 10k leases), large (4,096 nodes, 2,000 envelopes, "
-                             "200k leases), history (the same with 1M leases)")
+                             "200k leases), history (the same with 1M leases); runs1k / runs10k: issue 27's "
+                             "reconciler fleet (bench/scale_fleet.py: 1,000 / 10,000 runs, 20,000 / 200,000 leases)")
     parser.add_argument("--nodes", type=int, help="GPU nodes (8 GPUs each; a multiple of 8, at least 64)")
     parser.add_argument("--envelopes", type=int, help="envelopes over every Budget")
     parser.add_argument("--leases", type=int, help="GPULeases, open and closed")
@@ -1475,6 +1481,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.output:
         parser.error("-o/--output is required (or --history DIR)")
+    if args.size in SCALE_SIZES:
+        from bench import scale_fleet
+
+        began = time.perf_counter()
+        at = datetime.fromisoformat(SNAPSHOT_TIME.replace("Z", "+00:00"))
+        doc = scale_fleet.snapshot_document(SCALE_SIZES[args.size], at)
+        data = msgspec.json.encode(doc)
+        with open(args.output, "wb") as handle:
+            handle.write(data)
+        kinds: dict[str, int] = {}
+        for item in doc["items"]:
+            kinds[item["kind"]] = kinds.get(item["kind"], 0) + 1
+        print(f"{args.output}: {len(data) / 1e6:,.1f} MB, " + ", ".join(f"{v:,} {k}s" for k, v in kinds.items())
+              + f" at {SNAPSHOT_TIME} [{time.perf_counter() - began:.1f} s]", file=sys.stderr)
+        return 0
     preset = SIZES[args.size]
     began = time.perf_counter()
     try:

@@ -48,10 +48,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from controlplane import ControlPlane, _die_with_parent  # noqa: E402
 from fleet import upload  # noqa: E402
 
+from bench.generate import reconciler_blocks, reconciler_lease  # noqa: E402
+
 API = "/apis/jobtree.dev/v1alpha1"
 FLAVOR = "H100"
-NAMESPACES = 10
-RUN_GPUS = 20
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -65,61 +65,13 @@ def iso(t: datetime) -> str:
 
 
 def fleet(first_block: int, blocks: int, node_offset: int) -> tuple[list[dict], int]:
-    """Blocks of 100 runs (65 running, 30 succeeded, 5 pending) and 2,000 leases; returns (objects, nodes used)."""
-    objects: list[dict] = []
-    gpu = node_offset * 8
-    window = {"start": iso(NOW - timedelta(days=30)), "end": iso(NOW + timedelta(days=30))}
-    for block in range(first_block, first_block + blocks):
-        ns = f"team{block % NAMESPACES}"
-        if block < NAMESPACES:
-            objects.append({"apiVersion": "jobtree.dev/v1alpha1", "kind": "Budget",
-                            "metadata": {"name": "main", "namespace": ns},
-                            "spec": {"owner": f"org:{ns}", "envelopes": [
-                                {"name": "main", "flavor": FLAVOR, "concurrency": 2 * 65 * RUN_GPUS + 400,
-                                 **window}]}})
-        for i in range(100):
-            name = f"b{block:02d}-r{i:02d}"
-            meta = {"name": name, "namespace": ns}
-            spec = {"resources": {"gpuType": FLAVOR, "totalGPUs": RUN_GPUS}, "locality": {"groupGPUs": 1}}
-            if i < 65:
-                objects.append({"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": meta, "spec": spec})
-                for g in range(RUN_GPUS):
-                    objects.append(lease(f"{name}-g{g:02d}", ns, name, g, [f"n{gpu // 8:05d}#{gpu % 8}"],
-                                         NOW - timedelta(hours=2 + i % 7)))
-                    gpu += 1
-            elif i < 95:
-                idx = i - 65
-                objects.append({"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": meta, "spec": spec,
-                                "status": {"phase": "Succeeded"}})
-                for g in range(24 if idx >= 20 else 23):  # 20 × 23 + 10 × 24 = 700 closed leases
-                    # one node per idx % 8, one day per idx // 8, one hour per g: no two overlap on a slot
-                    start = NOW - timedelta(days=25) + timedelta(hours=24 * (idx // 8) + g)
-                    item = lease(f"{name}-h{g:02d}", ns, name, g % RUN_GPUS, [f"n{node_offset + idx % 8:05d}#{g % 8}"],
-                                 start)
-                    item["status"] = {"closed": True, "ended": iso(start + timedelta(minutes=50)),
-                                      "closureReason": "Completed"}
-                    objects.append(item)
-            else:
-                objects.append({"apiVersion": "jobtree.dev/v1alpha1", "kind": "Run", "metadata": meta,
-                                "spec": {**spec, "resources": {"gpuType": FLAVOR, "totalGPUs": 16}}})
-    nodes = (gpu + 7) // 8 - node_offset + 8  # + 8 free nodes for the pending runs
-    for n in range(node_offset, node_offset + nodes):
-        objects.append({"apiVersion": "v1", "kind": "Node",
-                        "metadata": {"name": f"n{n:05d}", "labels": {"gpu.flavor": FLAVOR,
-                                                                     "fabric.domain": f"d{n // 64}"}},
-                        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"},
-                                   "capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}})
-    return objects, nodes
+    """Blocks of 100 runs (65 running, 30 succeeded, 5 pending) and 2,000 leases around NOW (bench/generate.py's
+    reconciler fleet); returns (objects, nodes used)."""
+    return reconciler_blocks(first_block, blocks, node_offset, now=NOW)
 
 
 def lease(name: str, ns: str, run: str, group: int, slots: list[str], start: datetime) -> dict:
-    return {"apiVersion": "jobtree.dev/v1alpha1", "kind": "GPULease", "metadata": {"name": name, "namespace": ns},
-            "spec": {"owner": f"org:{ns}", "runRef": {"namespace": ns, "name": run}, "group": group,
-                     "flavor": FLAVOR, "slice": {"slots": slots, "role": "Active"},
-                     "paidBy": {"budget": "main", "envelope": "main"}, "start": iso(start), "reason": "Start"}}
-
-
-# --- the API server's own count of writes ------------------------------------------------------------------
+    return reconciler_lease(name, ns, run, group, slots, start)
 
 
 def server_writes(cp) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """A fairness simulation of the ledger keeper (issue 25): the real ``plan_ledger`` + ``apply_writes``
-(kubectl_runs/reconciler/ledger.py) driven over simulated time on a generated, oversubscribed fleet. Pure and
+(kubectl_runs/reconciler/ledger/) driven over simulated time on a generated, oversubscribed fleet. Pure and
 offline: no API server, no wall clock, a seeded RNG; the same arguments give the same result.
 
     from bench.fairness import simulate, render

@@ -1402,7 +1402,7 @@ def reconciler_blocks(first_block: int, blocks: int, node_offset: int, *,
             if i < 65:
                 objects.append({"apiVersion": API_VERSION, "kind": "Run", "metadata": meta, "spec": spec})
                 for g in range(width):
-                    objects.append(_reconciler_lease(f"{name}-g{g:02d}", ns, name, g, [f"n{gpu // 8:05d}#{gpu % 8}"],
+                    objects.append(reconciler_lease(f"{name}-g{g:02d}", ns, name, g, [f"n{gpu // 8:05d}#{gpu % 8}"],
                                                      now - timedelta(hours=2 + i % 7)))
                     gpu += 1
             elif i < 95:
@@ -1412,7 +1412,7 @@ def reconciler_blocks(first_block: int, blocks: int, node_offset: int, *,
                 for g in range(24 if idx >= 20 else 23):  # 20 × 23 + 10 × 24 = 700 closed leases
                     # one node per idx % 8, one day per idx // 8, one hour per g
                     start = now - timedelta(days=25) + timedelta(hours=24 * (idx // 8) + g)
-                    item = _reconciler_lease(f"{name}-h{g:02d}", ns, name, g % width,
+                    item = reconciler_lease(f"{name}-h{g:02d}", ns, name, g % width,
                                              [f"n{node_offset + idx % 8:05d}#{g % 8}"], start)
                     item["status"] = {"closed": True, "ended": _z(start + timedelta(minutes=50)),
                                       "closureReason": "Completed"}
@@ -1430,7 +1430,7 @@ def reconciler_blocks(first_block: int, blocks: int, node_offset: int, *,
     return objects, nodes
 
 
-def _reconciler_lease(name: str, ns: str, run: str, group: int, slots: list[str], start: datetime) -> dict[str, Any]:
+def reconciler_lease(name: str, ns: str, run: str, group: int, slots: list[str], start: datetime) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "GPULease", "metadata": {"name": name, "namespace": ns},
             "spec": {"owner": f"org:{ns}", "runRef": {"namespace": ns, "name": run}, "group": group,
                      "flavor": RECONCILER_FLAVOR, "slice": {"slots": slots, "role": "Active"},

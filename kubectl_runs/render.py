@@ -28,7 +28,7 @@ MIN_PROSE_WIDTH = 30
 # C0 and C1 controls (newlines, ESC, CSI) and the bidirectional overrides that can make a cell read backwards
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]+")
 # Invisible format characters (zero-width space/joiners, marks, word joiner, BOM, soft hyphen, tags): shown as
-# \uXXXX, so that "team\u200b" cannot pass for "team" in a table or a spreadsheet.
+# backslash-u escapes of four hex digits (\u200b), so that "team\u200b" cannot pass for "team" in a table or a spreadsheet.
 _INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u2060-\u2064\ufeff\U000e0000-\U000e007f]")
 # OWASP's CSV injection rule: a cell a spreadsheet would read as a formula starts with one of these.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

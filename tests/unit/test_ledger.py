@@ -1,4 +1,4 @@
-"""The ledger keeper of ``reconcile --manage-leases`` (reconciler/ledger.py) on small hand-built fleets.
+"""The ledger keeper of ``reconcile --manage-leases`` (reconciler/ledger/) on small hand-built fleets.
 
 Unless a test says otherwise: nodes n1, n2 in fabric domain d1 and m1 in d2, 8 H100 GPUs each; namespace team
 (owner org:x:team) has a 32-GPU envelope ``west``; the pass runs at NOW = T0 + 1 h.

@@ -1,4 +1,4 @@
-"""Ledger keeper paths (reconciler/ledger.py) that no other test ran: a Run marked for deletion (a finalizer holds
+"""Ledger keeper paths (reconciler/ledger/) that no other test ran: a Run marked for deletion (a finalizer holds
 it), the Released paths of ``reserve`` for a Reservation that is not due yet, and a closure's ``ended`` that is
 never before the lease's ``start``. Each test names the single-line mutation of ledger.py it kills (applied by
 hand, seen failing, restored).

@@ -1,4 +1,4 @@
-"""Invariants of the ledger keeper (reconciler/ledger.py) on random fleets (hypothesis).
+"""Invariants of the ledger keeper (reconciler/ledger/) on random fleets (hypothesis).
 
 A fleet: 1-3 fabric domains of 1-3 nodes (4 or 8 H100 GPUs, some cordoned); running runs holding slots (funded
 by their family's envelopes, borrowed, or unfunded; some finished, some deleted, some reporting ETAs); pending

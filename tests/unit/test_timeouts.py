@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from local_servers import Server
 
 from kubectl_runs.cli.main import main
 from kubectl_runs.sources import Source
@@ -21,30 +22,11 @@ from kubectl_runs.sources import cluster as cluster_module
 from kubectl_runs.sources.cluster import Cluster
 
 
-class SilentServer:
+class SilentServer(Server):
     """Accepts every connection and never reads or writes a byte (until closed)."""
 
-    def __init__(self) -> None:
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.socket.listen(16)
-        self.port = self.socket.getsockname()[1]
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.socket.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-
-    def close(self) -> None:
-        self.socket.close()
-        for conn in self.held:
-            conn.close()
+    def serve(self, conn: socket.socket) -> None:
+        self.closed.wait()
 
 
 class FullBacklog:

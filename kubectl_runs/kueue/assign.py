@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..corev1 import untolerated
 from .model import ClusterQueue, PodSpec, ResourceGroup, Workload, show_quantity
 from .quota import FR, Fleet, QuotaNode, podset_requests
 
@@ -246,15 +247,6 @@ def _can_preempt_while_borrowing(cq: ClusterQueue) -> bool:
 def node_labels_of(fleet: Fleet, flavor: str) -> dict[str, str]:
     found = fleet.flavors.get(flavor)
     return {} if found is None else found.spec.node_labels
-
-
-def untolerated(taints, tolerations) -> object | None:
-    for taint in taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            return taint
-    return None
 
 
 def affinity_matches(spec: PodSpec, label_keys: set[str], node_labels: dict[str, str]) -> bool:

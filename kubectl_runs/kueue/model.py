@@ -3,8 +3,8 @@
 Kept apart from the Budget/envelope model on purpose: Kueue's quota is a tree of ClusterQueues and Cohorts with
 borrowing and lending limits, admitted through Workloads, not envelopes funded by leases. Only the fields the
 reports read are declared; the rest of each object is skipped while decoding (as in ``kubectl_runs.model``).
-Wire names are the API's camelCase. This module imports nothing of kubectl-runs, so ``kubectl_runs.model`` can
-hold these records in its Snapshot.
+Wire names are the API's camelCase. This module imports nothing of kubectl-runs but ``kubectl_runs.corev1`` (the
+pod-spec pieces it shares with the pod explainer), so ``kubectl_runs.model`` can hold these records in its Snapshot.
 
 Versions read: ResourceFlavor, ClusterQueue, LocalQueue, Workload, WorkloadPriorityClass are
 ``kueue.x-k8s.io/v1beta1``; Cohort is ``kueue.x-k8s.io/v1alpha1`` (as Kueue v0.12 serves it); KaiwoJob and
@@ -16,11 +16,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
-from functools import lru_cache
 from typing import Annotated, ClassVar
 
 import msgspec
+
+from ..corev1 import (  # noqa: F401 (the core/v1 pieces are part of this model's vocabulary)
+    Affinity,
+    Container,
+    KTaint,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorTerm,
+    PodSpec,
+    Quantity,
+    Requirement,
+    ResourceRequirements,
+    Toleration,
+    quantity,
+    show_quantity,
+)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_V1BETA1 = f"{KUEUE_GROUP}/v1beta1"
@@ -33,11 +47,12 @@ KAIWO_TYPE_LABEL = "kaiwo.silogen.ai/type"
 KAIWO_USER_LABEL = "kaiwo.silogen.ai/user"
 
 Time = Annotated[datetime, msgspec.Meta(tz=True)]
-Quantity = str | int | float
 
 
 class KRecord(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
     """Base of the Kueue/Kaiwo records: frozen, untracked by the GC, camelCase on the wire."""
+
+
 
 
 class Meta(KRecord):
@@ -86,98 +101,6 @@ class _NamespacedObject(KRecord):
     @property
     def key(self) -> str:
         return f"{self.metadata.namespace}/{self.metadata.name}"
-
-
-# --- core/v1 pieces a pod template and a flavor share ------------------------------------------------------
-
-
-class KTaint(KRecord):
-    key: str
-    effect: str = ""
-    value: str = ""
-
-    def __str__(self) -> str:  # corev1.Taint.ToString
-        if self.value:
-            return f"{self.key}={self.value}:{self.effect}"
-        return f"{self.key}:{self.effect}"
-
-
-class Toleration(KRecord):
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: KTaint) -> bool:
-        """corev1.Toleration.ToleratesTaint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        if self.operator in ("Equal", ""):
-            return self.value == taint.value
-        return False
-
-
-class Requirement(KRecord):
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        have = labels.get(self.key)
-        if self.operator == "In":
-            return have is not None and have in self.values
-        if self.operator == "NotIn":
-            return have is None or have not in self.values
-        if self.operator == "Exists":
-            return have is not None
-        if self.operator == "DoesNotExist":
-            return have is None
-        if self.operator in ("Gt", "Lt") and have is not None and self.values:
-            try:
-                mine, bound = int(have), int(self.values[0])
-            except ValueError:
-                return False
-            return mine > bound if self.operator == "Gt" else mine < bound
-        return False
-
-
-class NodeSelectorTerm(KRecord):
-    match_expressions: tuple[Requirement, ...] = ()
-
-
-class NodeSelector(KRecord):
-    node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
-
-
-class NodeAffinity(KRecord):
-    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
-
-
-class Affinity(KRecord):
-    node_affinity: NodeAffinity | None = None
-
-
-class ResourceRequirements(KRecord):
-    requests: dict[str, Quantity] = {}
-    limits: dict[str, Quantity] = {}
-
-
-class Container(KRecord):
-    name: str = ""
-    resources: ResourceRequirements = ResourceRequirements()
-
-
-class PodSpec(KRecord):
-    containers: tuple[Container, ...] = ()
-    init_containers: tuple[Container, ...] = ()
-    node_selector: dict[str, str] = {}
-    tolerations: tuple[Toleration, ...] = ()
-    affinity: Affinity | None = None
-    overhead: dict[str, Quantity] = {}
 
 
 class PodTemplate(KRecord):
@@ -560,47 +483,3 @@ class QueueObjects:
             kaiwo_jobs=mine(self.kaiwo_jobs),
             kaiwo_services=mine(self.kaiwo_services),
         )
-
-
-# --- quantities ------------------------------------------------------------------------------------------------
-
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX = {
-    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(1000),
-    "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18, "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
-
-
-def quantity(value: Quantity | None, resource: str) -> int:
-    """A Kubernetes quantity as Kueue counts it (``resources.ResourceValue``): millicores for ``cpu``, whole
-    units rounded up for everything else (GPUs: ``"8"`` -> 8). A value that is not a quantity counts 0."""
-    if value.__class__ is str and value.isdigit():  # the common case: "8"
-        return int(value) * 1000 if resource == "cpu" else int(value)
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value * 1000 if resource == "cpu" else value
-    return _parse(str(value), resource == "cpu")
-
-
-@lru_cache(maxsize=4096)
-def _parse(text: str, milli: bool) -> int:
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        return 0
-    try:
-        number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
-    except InvalidOperation:
-        return 0
-    if milli:
-        number *= 1000
-    return int(number.to_integral_value(rounding=ROUND_CEILING))
-
-
-def show_quantity(value: int, resource: str) -> str:
-    """Kueue's ``ResourceQuantityString``: cpu in cores (``500m``), the rest as whole units."""
-    if resource == "cpu":
-        return str(value // 1000) if value % 1000 == 0 else f"{value}m"
-    return str(value)

@@ -1,0 +1,105 @@
+"""Our recomputation of kube-scheduler's filters (kubectl_runs.pods.fit) judged by the real kube-scheduler on the
+test API server (issue 29): for each planted pending pod — not enough GPUs anywhere, enough but fragmented, an
+untolerated taint, a selector and a required affinity no node matches, a cordoned node, a CPU shortage — our
+per-reason node counts must equal the counts in the scheduler's own FailedScheduling message, and after a
+planted remedy (a pod holding GPUs deleted) the node the scheduler binds the pod to must be one we said fits."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from reconciler_harness import control_plane
+from scheduler_harness import (
+    failed_scheduling,
+    gpu_node,
+    gpu_pod,
+    kube_scheduler,
+    pod_scheduled,
+    request,
+    verdict_counts,
+    wait_for,
+)
+
+from kubectl_runs.model import Node
+from kubectl_runs.pods.fit import fleet_fit, histogram, verdict
+from kubectl_runs.pods.model import Pod
+
+NS = "research"
+TAINT = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
+GOLD = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gold"]}]}]}}}
+# name -> (GPUs, more of the pod's spec): each stays pending on the planted nodes
+PENDING = {
+    "fragmented": (8, {"nodeSelector": {"pool": "train"}}),  # 6 + 4 GPUs free in the pool, never 8 on one node
+    "huge": (16, {}),  # more than any node has
+    "gold": (1, {"affinity": GOLD}),  # no node is labelled pool=gold
+    "serve-cpu": (1, {"nodeSelector": {"pool": "serve"}, "containers": [{
+        "name": "main", "image": "registry.example/serve:1",
+        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "32"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
+}
+
+
+def _records(cp, path: str, kind: str, cls):
+    items = request(cp, "GET", path)["items"]
+    return [msgspec.json.decode(json.dumps({**item, "kind": kind}), type=cls) for item in items]
+
+
+def _ours(cp, name: str):
+    nodes = _records(cp, "/api/v1/nodes", "Node", Node)
+    pods = _records(cp, "/api/v1/pods", "Pod", Pod)
+    mine = next(p for p in pods if p.metadata.name == name)
+    others = [p for p in pods if p is not mine]  # once bound, the pod itself must not count against its node
+    return fleet_fit(mine.spec, nodes, others)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    with control_plane(NS) as cp, kube_scheduler(cp, tmp_path_factory.mktemp("scheduler")) as log:
+        gpu_node(cp, "a1", gpus=8, labels={"pool": "train"})
+        gpu_node(cp, "a2", gpus=8, labels={"pool": "train"})
+        gpu_node(cp, "t1", gpus=8, labels={"pool": "train"}, taints=[TAINT])
+        gpu_node(cp, "c1", gpus=8, labels={"pool": "train"}, unschedulable=True)
+        gpu_node(cp, "s1", gpus=8, labels={"pool": "serve"}, cpu="16")
+        for holder, where, gpus in (("hold-a1", "a1", 2), ("hold-a2", "a2", 4)):
+            request(cp, "POST", f"/api/v1/namespaces/{NS}/pods", gpu_pod(holder, NS, gpus=gpus, nodeName=where))
+        for name, (gpus, more) in PENDING.items():
+            request(cp, "POST", f"/api/v1/namespaces/{NS}/pods", gpu_pod(name, NS, gpus=gpus, **more))
+        try:
+            for name in PENDING:
+                wait_for(f"the scheduler's verdict on {name}", lambda n=name: failed_scheduling(cp, NS, n),
+                         timeout=90)
+        except AssertionError:
+            raise AssertionError(f"kube-scheduler did not get there; its log ends:\n{log.read_text()[-3000:]}") \
+                from None
+        cp.scheduler_log = log
+        yield cp
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_our_node_counts_per_reason_are_the_schedulers(planted, name):
+    message = failed_scheduling(planted, NS, name)
+    nodes, theirs = verdict_counts(message)
+    fits = _ours(planted, name)
+    assert (len(fits), histogram(fits)) == (nodes, theirs), message
+    assert message.startswith(verdict(fits)), message  # the same text, up to the preemption part
+
+
+def test_fragmentation_is_seen_node_by_node(planted):
+    fits = {f.node: f for f in _ours(planted, "fragmented")}
+    assert {n: fits[n].free["nvidia.com/gpu"] for n in ("a1", "a2")} == {"a1": 6, "a2": 4}
+    assert fits["t1"].filter == "TaintToleration" and fits["c1"].filter == "NodeUnschedulable"
+    assert fits["s1"].filter == "NodeAffinity"
+
+
+def test_after_the_remedy_the_scheduler_binds_where_we_said_it_fits(planted):
+    """Deleting the pod that holds 4 GPUs on a2 is the remedy: we say a2 then fits, and the scheduler binds there."""
+    request(planted, "DELETE", f"/api/v1/namespaces/{NS}/pods/hold-a2?gracePeriodSeconds=0")
+    wait_for("hold-a2 gone", lambda: planted.request("GET", f"/api/v1/namespaces/{NS}/pods/hold-a2")[0] == 404)
+    said = {f.node for f in _ours(planted, "fragmented") if f.fits}
+    assert said == {"a2"}
+    wait_for("fragmented bound", lambda: (pod_scheduled(planted, NS, "fragmented") or {}).get("status") == "True",
+             timeout=120)
+    pod = request(planted, "GET", f"/api/v1/namespaces/{NS}/pods/fragmented")
+    assert pod["spec"]["nodeName"] in said

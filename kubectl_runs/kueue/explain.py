@@ -130,7 +130,9 @@ class WorkloadExplanation:
             return None
         return self.assignment_message == self.kueue_message
 
-    def value(self) -> reports.ExplainWorkloadReport:
+    @property
+    def report(self) -> reports.ExplainWorkloadReport:
+        """The value ``-o json|yaml`` prints (``reports.plain`` encodes it, as every report)."""
         w = self.workload
         created = w.metadata.creation_timestamp
         return reports.ExplainWorkloadReport(
@@ -153,9 +155,6 @@ class WorkloadExplanation:
             remedies=[r.entry() for r in self.remedies],
             notes=list(self.notes),
         )
-
-    def to_json(self) -> dict:
-        return reports.plain(self.value())
 
 
 # --- finding the workload -----------------------------------------------------------------------------------

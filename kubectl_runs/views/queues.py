@@ -4,6 +4,7 @@ findings) and `explain workload|kaiwojob` (a few lines, the flavors tried, the r
 from __future__ import annotations
 
 from ..kueue.explain import WorkloadExplanation
+from ..kueue.reports import plain
 from ..kueue.usage import QueueRow, QueuesUsage
 from ..render import TABLE, Column, Document, Section
 from ..text import counted
@@ -66,7 +67,7 @@ def usage_document(report: QueuesUsage) -> Document:
         ),
     )
     return Document(
-        data=report.to_json(),
+        data=plain(report.report),
         rows=rows,
         columns=columns,
         summary=summary if rows else (),
@@ -135,7 +136,7 @@ def workload_document(info: WorkloadExplanation, fmt: str) -> Document:
             Column("MESSAGE", lambda r: r[1].message, prose=True),
         ),
     )
-    return Document(data=info.to_json(), summary=summary, sections=(flavors, remedies))
+    return Document(data=plain(info.report), summary=summary, sections=(flavors, remedies))
 
 
 def _shortfall_text(s) -> str:

@@ -94,6 +94,10 @@ class NotFound(ClusterError):
     """404: for a list, the kind's CRD is not installed."""
 
 
+class CRDsMissing(NotFound):
+    """404 for a jobtree.dev list: this project's CRDs are not installed (the message says how to install them)."""
+
+
 class Forbidden(ClusterError):
     """403: RBAC refused a request (the message names the verb, the resource and the user)."""
 
@@ -131,6 +135,7 @@ class Cluster:
         self.server = self.api.configuration.host
         self.timeout = source.request_timeout  # None: not given (the defaults apply); 0: no limit
         self.chunk_size = source.chunk_size or DEFAULT_CHUNK_SIZE
+        self.missing: set[Resource] = set()  # the kinds whose list answered 404 (their CRD is not installed)
 
     # --- raw requests -----------------------------------------------------------------------------------
 
@@ -273,7 +278,7 @@ class Cluster:
         if status == 403:
             return Forbidden(f"forbidden: {message or f'GET {path}'}")
         if status == 404 and f"/apis/{CRD_API}" in path:
-            return ClusterError(
+            return CRDsMissing(
                 f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
                 "kubectl apply -f crds/"
             )
@@ -367,10 +372,17 @@ def load_cluster(source: Source) -> Snapshot:
 
 def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
     """The objects as the server returned them (minus managedFields), as one JSON ``List`` stamped with
-    ``jobtree.dev/snapshot-time``, and notes on what could not be read."""
+    ``jobtree.dev/snapshot-time``, and notes on what could not be read.
+
+    Every kind but Node is optional: a cluster with Kueue and no jobtree.dev CRDs saves its Kueue and Kaiwo
+    objects, one with jobtree.dev and no Kueue saves ours. The kinds whose CRD is not installed (the list
+    answered 404) are named in annotation ``jobtree.dev/snapshot-absent-kinds`` and in one note. A server that
+    serves none of the kinds at all is an error (the jobtree.dev one, which says how to install the CRDs)."""
     cluster = Cluster(source)
     items: list[dict] = []
     notes: list[str] = []
+    absent: list[Resource] = []
+    missing_ours: CRDsMissing | None = None
     with gc_paused():
         for resource in RESOURCES + QUEUE_RESOURCES:
             try:
@@ -380,13 +392,27 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
                     raise
                 notes.append(f"{refused.message}; the snapshot holds no {resource.qualified}")
                 continue
+            except CRDsMissing as missing:  # a Kueue cluster: no jobtree.dev CRDs
+                missing_ours = missing
+                absent.append(resource)
+                continue
+            if resource in cluster.missing:
+                absent.append(resource)
             for body in pages:
                 for item in msgspec.json.decode(body).get("items") or []:
                     item.setdefault("apiVersion", resource.api_version)
                     item.setdefault("kind", resource.kind)
                     item.get("metadata", {}).pop("managedFields", None)
                     items.append(item)
-    return snapshot_document(items, taken_at), notes
+    if missing_ours is not None and all(r in absent for r in RESOURCES + QUEUE_RESOURCES if r.kind != "Node"):
+        raise missing_ours  # neither ours nor Kueue's: most likely the wrong cluster, or nothing installed yet
+    if absent:
+        groups: dict[str, list[str]] = {}
+        for resource in absent:
+            groups.setdefault(resource.api_version.rpartition("/")[0], []).append(resource.kind)
+        named = "; ".join(f"{', '.join(kinds)} ({group})" for group, kinds in groups.items())
+        notes.append(f"not installed on {cluster.server}, so the snapshot holds none: {named}")
+    return snapshot_document(items, taken_at, absent=[r.kind for r in absent]), notes
 
 
 def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
@@ -398,6 +424,7 @@ def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes:
         return list(cluster.pages(resource, source.namespace))
     except NotFound:
         if resource in QUEUE_RESOURCES:
+            cluster.missing.add(resource)
             return []
         raise
     except Forbidden as refused:

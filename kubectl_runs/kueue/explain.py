@@ -18,6 +18,7 @@ from ..model import Node, Snapshot
 from ..timeutil import rfc3339
 from . import reports
 from .assign import FITS, FITS_BORROWING, SHORT, Assignment, FlavorTry, PodSetChoice, assign
+from .capacity import BeyondCapacity, beyond_capacity, never_admitted, never_fits
 from .model import KAIWO_NAME_LABEL, KAIWO_TYPE_LABEL, ClusterQueue, Workload, quantity
 from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode, node_allocatable, pod_requests
 
@@ -123,6 +124,8 @@ class WorkloadExplanation:
     position: QueuePosition | None
     remedies: tuple[Remedy, ...]
     notes: tuple[str, ...] = field(default=())
+    beyond_capacity: tuple[BeyondCapacity, ...] = ()  # (pod set, flavor)s whose request the queue can never admit
+    never_admitted: bool = False  # some pod set is beyond the maximum capacity in every flavor it could use
 
     @property
     def matches_kueue(self) -> bool | None:
@@ -151,6 +154,9 @@ class WorkloadExplanation:
             message=self.assignment_message or None,
             kueue=reports.KueueSays(self.kueue_reason or None, self.kueue_message or None, self.matches_kueue),
             shortfalls=[s.entry() for s in self.shortfalls],
+            beyond_capacity=[reports.BeyondCapacityEntry(b.pod_set, b.flavor, b.resource, b.request, b.maximum)
+                             for b in self.beyond_capacity],
+            never_admitted=self.never_admitted,
             position=self.position.entry() if self.position else None,
             remedies=[r.entry() for r in self.remedies],
             notes=list(self.notes),
@@ -216,6 +222,7 @@ def explain_workload(snapshot: Snapshot, workload: Workload, *, kaiwo: str | Non
         shortfalls = _shortfalls(fleet, node, workload, assignment, may_use)
         position = _position(fleet, workload, cq)
         remedies = _remedies(fleet, cq, node, workload, assignment, shortfalls, position)
+        remedies.extend(_capacity_remedies(cq, assignment))
         if assignment.fits:
             notes.append(f"it fits ClusterQueue {cq.name} now: Kueue admits it at its next scheduling pass")
     admission = workload.status.admission
@@ -251,6 +258,8 @@ def explain_workload(snapshot: Snapshot, workload: Workload, *, kaiwo: str | Non
         position=position,
         remedies=tuple(remedies),
         notes=tuple(notes),
+        beyond_capacity=beyond_capacity(assignment) if assignment is not None else (),
+        never_admitted=never_admitted(assignment),
     )
 
 
@@ -433,6 +442,27 @@ def _remedies(fleet: Fleet, cq: ClusterQueue, node: QuotaNode, workload: Workloa
                           f"{cq.name} come first (higher priority or older; {position.gpus_ahead} GPUs): "
                           f"{', '.join(position.ahead[:3])}{' …' if len(position.ahead) > 3 else ''}",
                           tuple(f"Workload {k}" for k in position.ahead[:3])))
+    return out
+
+
+def _capacity_remedies(cq: ClusterQueue, assignment: Assignment) -> list[Remedy]:
+    """A pod set beyond the queue's maximum capacity in every flavor it could use: raise the quota of the flavor
+    nearest to holding it (of a GPU resource) by the difference — nothing else ever admits it."""
+    out = []
+    for choice in assignment.pod_sets:
+        if not never_fits(choice):
+            continue
+        over = [b for b in beyond_capacity(Assignment(assignment.cluster_queue, (choice,)))
+                if b.resource in GPU_RESOURCES]
+        if not over:
+            continue
+        b = min(over, key=lambda b: b.request - b.maximum)
+        gap = b.request - b.maximum
+        out.append(Remedy("RaiseQuota", gap,
+                          f"pod set {b.pod_set} asks {b.request} {b.resource} but ClusterQueue {cq.name} can never "
+                          f"admit more than {b.maximum} in flavor {b.flavor} (nominal quota plus what it may "
+                          f"borrow): raise its nominalQuota there by {gap} (or the cohort's quota it may borrow), "
+                          "or make the workload smaller", (f"ClusterQueue {cq.name}",)))
     return out
 
 

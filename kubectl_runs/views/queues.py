@@ -4,6 +4,7 @@ findings) and `explain workload|kaiwojob` (a few lines, the flavors tried, the r
 from __future__ import annotations
 
 from ..kueue.explain import WorkloadExplanation
+from ..kueue.model import show_quantity
 from ..kueue.reports import plain
 from ..kueue.usage import QueueRow, QueuesUsage
 from ..render import TABLE, Column, Document, Section
@@ -109,6 +110,8 @@ def workload_document(info: WorkloadExplanation, fmt: str) -> Document:
         lines.append(("Now", f'"{info.assignment_message}" (the quota changed since Kueue last looked)'))
     for s in info.shortfalls:
         lines.append(("Shortfall", _shortfall_text(s)))
+    if info.never_admitted:
+        lines.append(("Never", _never_text(info)))
     if info.position is not None:
         p = info.position
         lines.append(("Position", f"{p.position} of {p.pending} pending in ClusterQueue {info.cluster_queue} "
@@ -149,3 +152,16 @@ def _shortfall_text(s) -> str:
     text += (f"; nodes: {s.pods_fit} of its {s.pods} pods ({s.gpus_per_pod} GPUs each) fit whole on the "
              f"flavor's {s.nodes} node{'s' if s.nodes != 1 else ''} -> short {s.physical_short}")
     return text
+
+
+def _never_text(info: WorkloadExplanation) -> str:
+    """Why the queue as configured can never admit it: each pod set's request against the maximum per flavor."""
+    by_pod_set: dict[tuple[str, str, str], list[str]] = {}
+    for b in info.beyond_capacity:
+        if info.may_use.get(b.pod_set) == "":  # the pod sets no flavor can hold (not one that took another flavor)
+            by_pod_set.setdefault((b.pod_set, b.resource, show_quantity(b.request, b.resource)), []).append(
+                f"{show_quantity(b.maximum, b.resource)} in {b.flavor}")
+    asks = "; ".join(f"pod set {ps} asks {request} {resource}, the most ClusterQueue {info.cluster_queue} can ever "
+                     f"admit is {', '.join(most)}" for (ps, resource, request), most in by_pod_set.items())
+    return (f"{asks} (nominal quota plus what it may borrow): it can never be admitted by ClusterQueue "
+            f"{info.cluster_queue} as configured")

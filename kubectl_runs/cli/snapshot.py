@@ -50,7 +50,7 @@ def save(ctx: click.Context, path: str | None) -> None:
     fmt = opts.output_format((JSON, YAML)) if opts.output else JSON
     source = opts.source(opts.report_namespace())
     if source.live:
-        from ..sources.cluster import save_cluster
+        from ..sources.save import save_cluster
 
         document, notes = save_cluster(source, rfc3339(opts.evaluation_time()))
         for note in notes:

@@ -21,6 +21,14 @@ class BeyondCapacity:
     resource: str
     request: int  # this pod set's request plus its earlier pod sets' in the flavor (Kueue's units: GPUs for GPUs)
     maximum: int  # the queue's maximum capacity there: the number after ">" in Kueue's message
+    asked: int  # this pod set's own request (``request`` less the earlier pod sets')
+
+    def asks(self, show) -> str:
+        """``N resource`` and, when earlier pod sets add to it in the flavor, the total."""
+        text = f"{show(self.asked, self.resource)} {self.resource}"
+        if self.request != self.asked:
+            text += f" ({show(self.request, self.resource)} with the earlier pod sets in {self.flavor})"
+        return text
 
 
 def beyond_capacity(assignment: Assignment) -> tuple[BeyondCapacity, ...]:
@@ -31,7 +39,8 @@ def beyond_capacity(assignment: Assignment) -> tuple[BeyondCapacity, ...]:
             if attempt.verdict != TOO_BIG or not attempt.resources:
                 continue
             tried = attempt.resources[-1]  # the assigner stops at the first resource beyond the maximum
-            out.append(BeyondCapacity(choice.pod_set, attempt.flavor, tried.resource, tried.request, tried.maximum))
+            out.append(BeyondCapacity(choice.pod_set, attempt.flavor, tried.resource, tried.request, tried.maximum,
+                                      choice.requests.get(tried.resource, tried.request)))
     return tuple(out)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from . import reports
 from .assign import Assignment
 from .capacity import beyond_capacity, never_fits
-from .model import ClusterQueue, Workload
+from .model import ClusterQueue, Workload, show_quantity
 from .quota import FR, GPU_RESOURCES, Fleet, QuotaNode, node_allocatable
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def capacity_remedies(cq: ClusterQueue, assignment: Assignment) -> list[Remedy]:
         b = min(over, key=lambda b: b.request - b.maximum)
         gap = b.request - b.maximum
         out.append(Remedy("RaiseQuota", gap,
-                          f"pod set {b.pod_set} asks {b.request} {b.resource} but ClusterQueue {cq.name} can never "
+                          f"pod set {b.pod_set} asks {b.asks(show_quantity)} but ClusterQueue {cq.name} can never "
                           f"admit more than {b.maximum} in flavor {b.flavor} (nominal quota plus what it may "
                           f"borrow): raise its nominalQuota there by {gap} (or the cohort's quota it may borrow), "
                           "or make the workload smaller", (f"ClusterQueue {cq.name}",)))

@@ -156,12 +156,12 @@ def _shortfall_text(s) -> str:
 
 def _never_text(info: WorkloadExplanation) -> str:
     """Why the queue as configured can never admit it: each pod set's request against the maximum per flavor."""
-    by_pod_set: dict[tuple[str, str, str], list[str]] = {}
+    by_pod_set: dict[tuple[str, str], list[str]] = {}
     for b in info.beyond_capacity:
         if info.may_use.get(b.pod_set) == "":  # the pod sets no flavor can hold (not one that took another flavor)
-            by_pod_set.setdefault((b.pod_set, b.resource, show_quantity(b.request, b.resource)), []).append(
+            by_pod_set.setdefault((b.pod_set, b.asks(show_quantity)), []).append(
                 f"{show_quantity(b.maximum, b.resource)} in {b.flavor}")
-    asks = "; ".join(f"pod set {ps} asks {request} {resource}, the most ClusterQueue {info.cluster_queue} can ever "
-                     f"admit is {', '.join(most)}" for (ps, resource, request), most in by_pod_set.items())
+    asks = "; ".join(f"pod set {ps} asks {asked}, the most ClusterQueue {info.cluster_queue} can ever admit is "
+                     f"{', '.join(most)}" for (ps, asked), most in by_pod_set.items())
     return (f"{asks} (nominal quota plus what it may borrow): it can never be admitted by ClusterQueue "
             f"{info.cluster_queue} as configured")

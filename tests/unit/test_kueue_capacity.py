@@ -109,3 +109,28 @@ def test_the_table_says_it_can_never_be_admitted(capsys, tmp_path):
     data = json.loads(out)
     assert (data["beyondCapacity"], data["neverAdmitted"]) == ([], False)
     assert "amd.com/gpu unavailable in ClusterQueue" in data["message"]
+
+
+def test_a_later_pod_set_and_a_resource_in_kueue_units():
+    """Pod set b's 8 GPUs come after a's 2 in the only flavor: 10 > 8, said as "8 (10 with the earlier pod
+    sets)". cpu is in millicores in JSON (Kueue's units) and in cores in the text, as Kueue prints it."""
+    snap = _snap(
+        node("n1", {"gpu": "h100"}, 8), flavor("h100"),
+        cluster_queue("q", group(["cpu", GPU], ("h100", [quota("cpu", 1), quota(GPU, 8)]))),
+        local_queue("ns", "q", "q"),
+        workload("ns", "second", pod_set(1, {GPU: 2}, name="a"), pod_set(1, {GPU: 8}, name="b")),
+        workload("ns", "cpu", pod_set(2, {"cpu": 1, GPU: 1})),
+    )
+    info = explained(snap, "ns/second")
+    (b,) = info.beyond_capacity
+    assert (b.pod_set, b.request, b.maximum, b.asked, info.never_admitted) == ("b", 10, 8, 8, True)
+    assert info.may_use == {"a": "h100", "b": ""}
+    (remedy,) = [r for r in info.remedies if r.kind == "RaiseQuota"]
+    assert remedy.gpus == 2
+    assert remedy.message.startswith("pod set b asks 8 nvidia.com/gpu (10 with the earlier pod sets in h100) but")
+    info = explained(snap, "ns/cpu")
+    assert plain(info.report)["beyondCapacity"] == [
+        {"podSet": "main", "flavor": "h100", "resource": "cpu", "request": 2000, "maximumCapacity": 1000}]
+    assert info.assignment_message.endswith("request > maximum capacity (2 > 1)")
+    assert info.never_admitted is True
+    assert not [r for r in info.remedies if r.kind == "RaiseQuota"]  # remedies are in GPUs: none for cpu

@@ -7,6 +7,7 @@ back with the live answers."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import jsonschema
@@ -205,3 +206,22 @@ def test_a_failed_save_leaves_no_partial_file_and_the_old_file_as_it_was(kueue_o
     assert done.stderr.startswith("error: forbidden: "), done.stderr
     assert path.read_text() == "the earlier snapshot\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.json"]
+
+
+def test_kueue_without_kaiwo_names_both_groups_absent(kueue_only_plane):
+    """Last (it removes Kaiwo's CRDs): Kueue alone, neither jobtree.dev nor Kaiwo — one note names both groups."""
+    cp = kueue_only_plane
+    cp.kubectl("delete", "crd", "kaiwojobs.kaiwo.silogen.ai", "kaiwoservices.kaiwo.silogen.ai", "--wait=true")
+    deadline = time.monotonic() + 60
+    while cp.request("GET", "/apis/kaiwo.silogen.ai/v1alpha1/kaiwojobs")[0] != 404:
+        assert time.monotonic() < deadline, "Kaiwo's kinds are still served"
+        time.sleep(0.5)
+    saved = run_plugin("snapshot", "save", kubeconfig=cp.admin_kubeconfig)
+    assert saved.returncode == 0, saved.stderr
+    assert saved.stderr == (
+        f"note: not installed on {cp.server}, so the snapshot holds none: Budget, Run, Reservation, GPULease "
+        "(jobtree.dev); KaiwoJob, KaiwoService (kaiwo.silogen.ai)\n")
+    document = json.loads(saved.stdout)
+    assert document["metadata"]["annotations"][ABSENT] == "Budget,Run,Reservation,GPULease,KaiwoJob,KaiwoService"
+    assert not any(i["kind"].startswith("Kaiwo") for i in document["items"])
+    assert sum(i["kind"] == "Workload" for i in document["items"]) == 8

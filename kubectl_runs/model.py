@@ -26,6 +26,7 @@ GROUP = "jobtree.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 SNAPSHOT_TIME_ANNOTATION = "jobtree.dev/snapshot-time"
+SNAPSHOT_ABSENT_ANNOTATION = "jobtree.dev/snapshot-absent-kinds"  # kinds whose CRD a live save found not installed
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 _WIRE_WORDS = {"gpus": "GPUs", "gpu": "GPU"}
@@ -582,14 +583,13 @@ CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
 LEAN_LEASE_KINDS: dict[str, type] = {"GPULease": GPULeaseHead}
 
 
-def snapshot_document(items: list[dict], taken_at: str | None) -> dict:
-    """A snapshot file's content: one ``List`` stamped with the time it was taken (API.md §2)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "List",
-        "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: taken_at}},
-        "items": items,
-    }
+def snapshot_document(items: list[dict], taken_at: str | None, *, absent: list[str] | tuple[str, ...] = ()) -> dict:
+    """A snapshot file's content: one ``List`` stamped with the time it was taken (API.md §2) and, for a live
+    save, the kinds whose CRD the cluster did not have (comma-separated, in the order they were read)."""
+    annotations: dict[str, str | None] = {SNAPSHOT_TIME_ANNOTATION: taken_at}
+    if absent:
+        annotations[SNAPSHOT_ABSENT_ANNOTATION] = ",".join(absent)
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"annotations": annotations}, "items": items}
 
 
 # --- Snapshot -----------------------------------------------------------------------------------------------

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import sys
+import tempfile
+from collections.abc import Callable
+from typing import IO
 
 import click
 import msgspec
@@ -30,7 +36,9 @@ def save(ctx: click.Context, path: str | None) -> None:
     installed: ResourceFlavors, ClusterQueues, Cohorts, LocalQueues, Workloads, WorkloadPriorityClasses,
     KaiwoJobs, KaiwoServices) as one JSON List stamped with the time it was taken
     (annotation jobtree.dev/snapshot-time). Every command reads it back with --snapshot and gives the answer
-    it would have given live at that instant.
+    it would have given live at that instant. Only Nodes are required: a Kueue cluster without the jobtree.dev
+    CRDs saves what it has, and the kinds not installed are named in one note (and in the annotation
+    jobtree.dev/snapshot-absent-kinds). -f writes the file whole or not at all.
 
     \b
     Examples:
@@ -42,7 +50,7 @@ def save(ctx: click.Context, path: str | None) -> None:
     fmt = opts.output_format((JSON, YAML)) if opts.output else JSON
     source = opts.source(opts.report_namespace())
     if source.live:
-        from ..sources.cluster import save_cluster
+        from ..sources.save import save_cluster
 
         document, notes = save_cluster(source, rfc3339(opts.evaluation_time()))
         for note in notes:
@@ -51,14 +59,55 @@ def save(ctx: click.Context, path: str | None) -> None:
         loaded = opts.load(opts.report_namespace())
         document = _normalized(loaded, rfc3339(opts.evaluation_time(loaded)))
     if path:
-        try:
-            with open(path, "w", encoding="utf-8") as out:
-                _write(document, fmt, out)
-        except OSError as exc:
-            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        write_whole(path, lambda out: _write(document, fmt, out))
         click.echo(f"saved {len(document['items'])} objects to {path}", err=True)
     else:
         _write(document, fmt, sys.stdout)
+
+
+def write_whole(path: str, write: Callable[[IO[str]], None]) -> None:
+    """Write a file whole or not at all: into a temporary file beside it, flushed to disk, then renamed over
+    ``path``. A failure (a full disk, an interrupt) leaves no partial file, and an earlier file of that name as
+    it was. A path that is not a regular file (``/dev/stdout``, a FIFO) is written directly: it cannot be
+    replaced. A symbolic link is followed: the file it points at is replaced."""
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                write(out)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        return
+    directory, name = os.path.split(target)
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory or ".")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        os.replace(temporary, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write(document: dict, fmt: str, out) -> None:

@@ -116,6 +116,18 @@ class ShortfallEntry(Value):
     physical_short: int
 
 
+class BeyondCapacityEntry(Value):
+    """A request larger than the most the ClusterQueue can ever admit in a flavor: its nominal quota plus what
+    it may borrow from its cohort, nothing in use (Kueue: ``request > maximum capacity (request > maximum)``).
+    In Kueue's units: GPUs for GPU resources, millicores for cpu, whole units otherwise."""
+
+    pod_set: str
+    flavor: str
+    resource: str
+    request: int
+    maximum_capacity: int
+
+
 class PositionEntry(Value):
     position: int
     pending: int
@@ -148,6 +160,8 @@ class ExplainWorkloadReport(Value):
     message: str | None
     kueue: KueueSays
     shortfalls: list[ShortfallEntry]
+    beyond_capacity: list[BeyondCapacityEntry]
+    never_admitted: bool  # some pod set is beyond the queue's maximum capacity in every flavor it could use
     position: PositionEntry | None
     remedies: list[RemedyEntry]
     notes: list[str]

@@ -35,8 +35,8 @@ class QueueFinding:
     flavor: str | None = field(default=None, compare=False)
     cohorts: frozenset[str] = field(default=frozenset(), compare=False)
 
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "object": self.object, "detail": self.detail}
+    def entry(self) -> reports.QueueFindingEntry:
+        return reports.QueueFindingEntry(self.kind, self.object, self.detail)
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,6 @@ class QueueRow:
             kueue_reserved=self.kueue_reserved, kueue_admitted=self.kueue_admitted,
         )
 
-    def to_json(self) -> dict:
-        return reports.plain(self.entry())
-
 
 @dataclass(frozen=True)
 class CohortRow:
@@ -98,9 +95,6 @@ class CohortRow:
                                    resource=self.resource, nominal_quota=self.nominal, pooled=self.pooled,
                                    used=self.used, free=self.free)
 
-    def to_json(self) -> dict:
-        return reports.plain(self.entry())
-
 
 @dataclass(frozen=True)
 class QueuesUsage:
@@ -108,15 +102,14 @@ class QueuesUsage:
     cohorts: list[CohortRow]
     findings: list[QueueFinding]
 
-    def value(self) -> reports.QueuesUsageReport:
+    @property
+    def report(self) -> reports.QueuesUsageReport:
+        """The value ``-o json|yaml`` prints (``reports.plain`` encodes it, as every report)."""
         return reports.QueuesUsageReport(
             cluster_queues=[r.entry() for r in self.rows],
             cohorts=[c.entry() for c in self.cohorts],
-            findings=[reports.QueueFindingEntry(f.kind, f.object, f.detail) for f in self.findings],
+            findings=[f.entry() for f in self.findings],
         )
-
-    def to_json(self) -> dict:
-        return reports.plain(self.value())
 
 
 def queues_usage(snapshot: Snapshot, *, cohort: str | None = None, flavor: str | None = None) -> QueuesUsage:

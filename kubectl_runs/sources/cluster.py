@@ -21,7 +21,7 @@ from urllib.parse import quote
 import msgspec
 
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
-from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot, snapshot_document
+from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot
 from ..timeutil import parse_time, rfc3339
 from . import Source
 from .files import _Collector, gc_paused
@@ -94,6 +94,10 @@ class NotFound(ClusterError):
     """404: for a list, the kind's CRD is not installed."""
 
 
+class CRDsMissing(NotFound):
+    """404 for a jobtree.dev list: this project's CRDs are not installed (the message says how to install them)."""
+
+
 class Forbidden(ClusterError):
     """403: RBAC refused a request (the message names the verb, the resource and the user)."""
 
@@ -131,6 +135,7 @@ class Cluster:
         self.server = self.api.configuration.host
         self.timeout = source.request_timeout  # None: not given (the defaults apply); 0: no limit
         self.chunk_size = source.chunk_size or DEFAULT_CHUNK_SIZE
+        self.missing: set[Resource] = set()  # the kinds whose list answered 404 (their CRD is not installed)
 
     # --- raw requests -----------------------------------------------------------------------------------
 
@@ -273,7 +278,7 @@ class Cluster:
         if status == 403:
             return Forbidden(f"forbidden: {message or f'GET {path}'}")
         if status == 404 and f"/apis/{CRD_API}" in path:
-            return ClusterError(
+            return CRDsMissing(
                 f"the {GROUP} CRDs are not installed on {self.server} ({message or '404 Not Found'}): "
                 "kubectl apply -f crds/"
             )
@@ -356,7 +361,7 @@ def load_cluster(source: Source) -> Snapshot:
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)
-            for body in _readable_pages(cluster, resource, source, collector.notes):
+            for body in readable_pages(cluster, resource, source, collector.notes):
                 try:
                     page = decoder.decode(body)
                 except msgspec.ValidationError as exc:
@@ -365,31 +370,7 @@ def load_cluster(source: Source) -> Snapshot:
         return collector.snapshot()
 
 
-def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
-    """The objects as the server returned them (minus managedFields), as one JSON ``List`` stamped with
-    ``jobtree.dev/snapshot-time``, and notes on what could not be read."""
-    cluster = Cluster(source)
-    items: list[dict] = []
-    notes: list[str] = []
-    with gc_paused():
-        for resource in RESOURCES + QUEUE_RESOURCES:
-            try:
-                pages = _readable_pages(cluster, resource, source, notes)
-            except Forbidden as refused:  # a user who may not read Kueue's objects still saves ours
-                if resource not in QUEUE_RESOURCES:
-                    raise
-                notes.append(f"{refused.message}; the snapshot holds no {resource.qualified}")
-                continue
-            for body in pages:
-                for item in msgspec.json.decode(body).get("items") or []:
-                    item.setdefault("apiVersion", resource.api_version)
-                    item.setdefault("kind", resource.kind)
-                    item.get("metadata", {}).pop("managedFields", None)
-                    items.append(item)
-    return snapshot_document(items, taken_at), notes
-
-
-def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
+def readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
     """The pages of a list over every namespace; when RBAC refuses the cluster-wide list of a namespaced kind,
     the pages of ``source.fallback_namespace`` instead, with a note saying what could not be read (reports
     cover the namespaces the user may read). Nodes are cluster-scoped: refusing them stays an error. A Kueue or
@@ -398,6 +379,7 @@ def _readable_pages(cluster: Cluster, resource: Resource, source: Source, notes:
         return list(cluster.pages(resource, source.namespace))
     except NotFound:
         if resource in QUEUE_RESOURCES:
+            cluster.missing.add(resource)
             return []
         raise
     except Forbidden as refused:

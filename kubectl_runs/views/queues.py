@@ -4,6 +4,8 @@ findings) and `explain workload|kaiwojob` (a few lines, the flavors tried, the r
 from __future__ import annotations
 
 from ..kueue.explain import WorkloadExplanation
+from ..kueue.model import show_quantity
+from ..kueue.reports import plain
 from ..kueue.usage import QueueRow, QueuesUsage
 from ..render import TABLE, Column, Document, Section
 from ..text import counted
@@ -66,7 +68,7 @@ def usage_document(report: QueuesUsage) -> Document:
         ),
     )
     return Document(
-        data=report.to_json(),
+        data=plain(report.report),
         rows=rows,
         columns=columns,
         summary=summary if rows else (),
@@ -108,6 +110,8 @@ def workload_document(info: WorkloadExplanation, fmt: str) -> Document:
         lines.append(("Now", f'"{info.assignment_message}" (the quota changed since Kueue last looked)'))
     for s in info.shortfalls:
         lines.append(("Shortfall", _shortfall_text(s)))
+    if info.never_admitted:
+        lines.append(("Never", _never_text(info)))
     if info.position is not None:
         p = info.position
         lines.append(("Position", f"{p.position} of {p.pending} pending in ClusterQueue {info.cluster_queue} "
@@ -135,7 +139,7 @@ def workload_document(info: WorkloadExplanation, fmt: str) -> Document:
             Column("MESSAGE", lambda r: r[1].message, prose=True),
         ),
     )
-    return Document(data=info.to_json(), summary=summary, sections=(flavors, remedies))
+    return Document(data=plain(info.report), summary=summary, sections=(flavors, remedies))
 
 
 def _shortfall_text(s) -> str:
@@ -148,3 +152,16 @@ def _shortfall_text(s) -> str:
     text += (f"; nodes: {s.pods_fit} of its {s.pods} pods ({s.gpus_per_pod} GPUs each) fit whole on the "
              f"flavor's {s.nodes} node{'s' if s.nodes != 1 else ''} -> short {s.physical_short}")
     return text
+
+
+def _never_text(info: WorkloadExplanation) -> str:
+    """Why the queue as configured can never admit it: each pod set's request against the maximum per flavor."""
+    by_pod_set: dict[tuple[str, str], list[str]] = {}
+    for b in info.beyond_capacity:
+        if info.may_use.get(b.pod_set) == "":  # the pod sets no flavor can hold (not one that took another flavor)
+            by_pod_set.setdefault((b.pod_set, b.asks(show_quantity)), []).append(
+                f"{show_quantity(b.maximum, b.resource)} in {b.flavor}")
+    asks = "; ".join(f"pod set {ps} asks {asked}, the most ClusterQueue {info.cluster_queue} can ever admit is "
+                     f"{', '.join(most)}" for (ps, asked), most in by_pod_set.items())
+    return (f"{asks} (nominal quota plus what it may borrow): it can never be admitted by ClusterQueue "
+            f"{info.cluster_queue} as configured")

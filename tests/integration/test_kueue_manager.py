@@ -106,9 +106,12 @@ ADMITTED = [
     workload("team-b", "b-1", 1, 4, GPU), workload("team-b", "b-amd-1", 1, 4, AMD),
 ]
 # Left pending, with what Kueue says: nothing is left in h100 (team-a's borrowing limit is reached; team-b's
-# lendable half is lent), 4 amd are free in mi300x; 16 amd is beyond team-b's maximum (8).
+# lendable half is lent), 4 amd are free in mi300x; 16 amd is beyond team-b's maximum (8, its nominal quota, no
+# one to borrow from); 32 nvidia is beyond team-a's maximum in h100 (12: the 4 it keeps, plus the cohort's pool of
+# 4 + 4 lendable, within its borrowing limit's 8 − 4 + 4).
 PENDING = {
     "team-a/a-3": (workload("team-a", "a-3", 2, 2, GPU), "h100", GPU, 4),
+    "team-a/a-huge": (workload("team-a", "a-huge", 4, 8, GPU), "h100", GPU, None),
     "team-b/b-2": (workload("team-b", "b-2", 1, 6, GPU), "h100", GPU, 6),
     "team-b/b-amd-2": (workload("team-b", "b-amd-2", 1, 8, AMD), "mi300x", AMD, 4),
     "team-b/b-amd-big": (workload("team-b", "b-amd-big", 2, 8, AMD), "mi300x", AMD, None),
@@ -238,12 +241,22 @@ def test_our_explanation_names_what_kueue_names(kueue_manager, key):
         (shortfall,) = ours["shortfalls"]
         assert (shortfall["flavor"], shortfall["resource"], shortfall["quotaShort"]) == (flavor, resource, more)
         assert ours["mayUse"] == {"main": flavor}
+        assert (ours["beyondCapacity"], ours["neverAdmitted"]) == ([], False)
     else:
         match = _MAX.search(kueue_says)
         assert match and (match.group(1), match.group(2)) == (resource, flavor)
         (tried,) = [f for f in ours["flavors"] if f["flavor"] == flavor]
         assert tried["verdict"] == "TooBig"
         assert tried["reasons"] == [match.group(0)]
+        # the maximum as a field: the number after ">" in Kueue's own message
+        (beyond,) = ours["beyondCapacity"]
+        assert (beyond["flavor"], beyond["resource"]) == (flavor, resource)
+        assert (beyond["request"], beyond["maximumCapacity"]) == (int(match.group(3)), int(match.group(4)))
+        assert ours["neverAdmitted"] is True
+        table = run_plugin("explain", "workload", key, kubeconfig=cp.admin_kubeconfig)
+        assert table.returncode == 0, table.stderr
+        assert f"it can never be admitted by ClusterQueue {ours['clusterQueue']} as configured" in " ".join(
+            table.stdout.split()), table.stdout
 
 
 def test_queues_usage_agrees_with_the_cluster_queue_status_kueue_writes(kueue_manager):
@@ -255,20 +268,20 @@ def test_queues_usage_agrees_with_the_cluster_queue_status_kueue_writes(kueue_ma
         assert row["kueueReserved"] == row["reserved"], row
         assert row["kueueAdmitted"] == row["admitted"], row
     assert [(r["clusterQueue"], r["flavor"], r["reserved"], r["available"], r["pendingWorkloads"]) for r in rows] == [
-        ("team-a", "h100", 12, 0, 1), ("team-b", "h100", 4, 0, 1), ("team-b", "mi300x", 4, 4, 2)]
+        ("team-a", "h100", 12, 0, 2), ("team-b", "h100", 4, 0, 1), ("team-b", "mi300x", 4, 4, 2)]
 
 
 def test_the_same_live_as_on_the_saved_snapshot(kueue_manager, tmp_path):
-    """No jobtree.dev CRD on this cluster: the queue reports need none; `snapshot save` notes nothing for Kueue."""
+    """No jobtree.dev CRD on this cluster: the queue reports need none, and `snapshot save` saves what is there
+    (one note names our kinds as not installed)."""
     cp = kueue_manager
     saved = run_plugin("snapshot", "save", "-f", str(tmp_path / "s.json"), kubeconfig=cp.admin_kubeconfig)
-    if saved.returncode != 0:  # no jobtree.dev CRDs here: save only what the queue reports read
-        assert "jobtree.dev CRDs are not installed" in saved.stderr
-        cp.kubectl("apply", "-f", str(ROOT / "crds"))
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        saved = run_plugin("snapshot", "save", "-f", str(tmp_path / "s.json"), kubeconfig=cp.admin_kubeconfig)
     assert saved.returncode == 0, saved.stderr
+    note, done = saved.stderr.splitlines()
+    assert note.endswith("so the snapshot holds none: Budget, Run, Reservation, GPULease (jobtree.dev)"), note
+    assert done.startswith("saved ")
     for args in (("queues", "usage"), *(("explain", "workload", key) for key in PENDING)):
         live = run_plugin(*args, "-o", "json", kubeconfig=cp.admin_kubeconfig)
         offline = run_plugin(*args, "-o", "json", "--snapshot", str(tmp_path / "s.json"))
+        assert live.returncode == offline.returncode == 0, (args, live.stderr, offline.stderr)
         assert json.loads(live.stdout) == json.loads(offline.stdout), args

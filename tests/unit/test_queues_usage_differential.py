@@ -24,6 +24,7 @@ import pytest
 from kubectl_runs.kueue.assign import affinity_matches, group_of, node_labels_of, untolerated
 from kubectl_runs.kueue.model import Workload, WorkloadHead
 from kubectl_runs.kueue.quota import GPU_RESOURCES, Fleet, pod_requests, reserved_usage
+from kubectl_runs.kueue.reports import plain
 from kubectl_runs.kueue.usage import pending_demand, queues_usage
 from kubectl_runs.sources.files import load_snapshot
 
@@ -257,8 +258,8 @@ def test_fast_path_equals_the_straightforward_computation(seed, tmp_path):
         assert counted == {k: v for k, v in admitted.items() if v}
         assert pending_demand(fleet) == reference_pending(Fleet(full.queues, full.nodes), workloads)
 
-    report = queues_usage(lean).to_json()
-    assert report == queues_usage(full).to_json()
+    report = plain(queues_usage(lean).report)
+    assert report == plain(queues_usage(full).report)
     assert report["clusterQueues"] or not full.queues.cluster_queues
 
 
@@ -336,7 +337,7 @@ def test_queues_usage_reads_the_admission_of_a_workload_holding_quota_not_its_po
     out, _ = capsys.readouterr()
     items_ok = [i for i in items if i is not holding]
     expected = queues_usage(load_snapshot([write(tmp_path, [*items_ok, _without_pod_sets(holding)], "ok.json")]))
-    assert json.loads(out) == expected.to_json()
+    assert json.loads(out) == plain(expected.report)
     name = f"{holding['metadata']['namespace']}/{holding['metadata']['name']}"
     assert main(["explain", "workload", name, "--snapshot", path]) == 1
     assert "spec.podSets[0].count: expected int, got str" in capsys.readouterr().err
@@ -364,10 +365,10 @@ def test_a_lean_load_of_yaml_and_json_together_and_of_stdin(tmp_path):
     as_json = write(tmp_path, [*rest, *workloads[half:]], "rest.json")
     lean = load_snapshot([str(as_yaml), as_json], lean=True)
     assert {type(w) for w in lean.queues.workloads} == {Workload, WorkloadHead}
-    assert queues_usage(lean).to_json() == queues_usage(load_snapshot([str(as_yaml), as_json])).to_json()
+    assert plain(queues_usage(lean).report) == plain(queues_usage(load_snapshot([str(as_yaml), as_json])).report)
 
     path = write(tmp_path, items)
     data = (tmp_path / "fleet.json").read_bytes()
     from_stdin = load_snapshot(["-"], stdin=io.BytesIO(data), lean=True)
     assert all(type(w) is Workload for w in from_stdin.queues.workloads)
-    assert queues_usage(from_stdin).to_json() == queues_usage(load_snapshot([path], lean=True)).to_json()
+    assert plain(queues_usage(from_stdin).report) == plain(queues_usage(load_snapshot([path], lean=True)).report)

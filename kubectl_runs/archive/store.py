@@ -86,7 +86,7 @@ class ArchiveResult:
     later: int  # closed leases left out because they ended at or after --before
     months: tuple[str, ...]  # the months whose file this run rewrote
     removed: tuple[str, ...]  # files of earlier or interrupted runs it deleted
-    migrated: bool = False  # it renamed the manifest.json of an archive written before issue 28 _manifest.json
+    migrated: bool = False  # it renamed an old archive's manifest.json (before issue 28) to _manifest.json
 
 
 def crash_point(step: str) -> None:

@@ -113,3 +113,11 @@ def test_the_docs_spark_sql_gives_the_audits_hours(spark, fleets, tmp_path, flee
           f"{audit['totals']['gpuHours']} GPU-hours in {SINCE}..{UNTIL}; months {months}")
     for owner, (h, n) in sorted(got.items(), key=lambda kv: -kv[1][0]):
         print(f"  {owner:32} spark {h:>14.4f} {n:>5}   audit {want[owner][0]:>14.4f} {want[owner][1]:>5}")
+
+
+def test_the_docs_name_the_pyspark_the_test_runs():
+    """The version pinned in scripts/spark.sh is the one docs/archive.md tells users to install."""
+    pinned = re.search(r"^version=(\S+)", (ROOT / "scripts" / "spark.sh").read_text(), re.M).group(1)
+    text = DOC.read_text(encoding="utf-8")
+    assert f"pip install pyspark=={pinned}" in text and f"PySpark {pinned}" in text
+    assert set(re.findall(r"pyspark==([\d.]+)", text)) == {pinned}

@@ -64,8 +64,16 @@ def run_main(argv: list[str]) -> int:
     return code
 
 
+def read_manifest(archive: str) -> dict:
+    """The archive's manifest: ``_manifest.json``, else ``manifest.json`` (a history generated before issue 28)."""
+    for name in ("_manifest.json", "manifest.json"):
+        if (Path(archive) / name).exists():
+            return json.loads((Path(archive) / name).read_text())
+    raise SystemExit(f"{archive}: no _manifest.json: not a lease archive")
+
+
 def files(archive: str) -> str:
-    manifest = json.loads((Path(archive) / "manifest.json").read_text())
+    manifest = read_manifest(archive)
     return "[" + ", ".join(f"'{Path(archive) / p['file']}'" for p in manifest["partitions"]) + "]"
 
 
@@ -343,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for label, history in (("history", args.history), ("small", args.small)):
         fleet, archive = f"{history}/fleet.json", f"{history}/archive"
-        manifest = json.loads((Path(archive) / "manifest.json").read_text())
+        manifest = read_manifest(archive)
         leases, size = manifest["leases"], sum(p["bytes"] for p in manifest["partitions"])
         since = manifest["firstStart"]
         print(f"{label}: {history}: {leases:,} leases, {size / 1e6:,.1f} MB, {size / leases:.1f} bytes a lease",

@@ -186,7 +186,7 @@ def write_history(out: Path, *, leases: int, years: int = 3, nodes: int = 4096, 
                 "metadata": {"annotations": {SNAPSHOT_TIME_ANNOTATION: END.strftime("%Y-%m-%dT%H:%M:%SZ")}},
                 "items": items}
     (out / "fleet.json").write_text(json.dumps(document))
-    manifest = json.loads((archive / "manifest.json").read_text())
+    manifest = json.loads((archive / "_manifest.json").read_text())
     size = sum(p["bytes"] for p in manifest["partitions"])
     return {"leases": manifest["leases"], "bytes": size, "months": len(manifest["partitions"]),
             "from": manifest["firstStart"], "to": manifest["lastEnded"], "nodes": nodes,

@@ -21,6 +21,7 @@ the next run deletes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -38,11 +39,14 @@ import msgspec
 from ..model import GPULease
 from . import db
 from .manifest import (
+    LEGACY_MANIFEST,
     MANIFEST,
     ArchiveError,
     ArchiveRun,
     Manifest,
     Partition,
+    has_manifest,
+    migrate,
     read_manifest,
     sync_directory,
     write_manifest,
@@ -59,7 +63,9 @@ from .staging import json_columns, select_rows
 
 CRASH_ENV = "KUBECTL_RUNS_ARCHIVE_CRASH"
 STAGING = ".staging"
-_OURS = re.compile(r"^(month=\d{4}-\d{2}|\.staging|\.manifest\.json\.tmp|manifest\.json)$")
+# ours: the partitions, the staging directory, the manifest and its temporary file (by today's and the old name)
+_OURS = re.compile(r"^(month=\d{4}-\d{2}|\.staging|\._?manifest\.json\.tmp|_?manifest\.json)$")
+_MANIFEST_TMP = (f".{MANIFEST}.tmp", f".{LEGACY_MANIFEST}.tmp")
 _PART_FILE = re.compile(r"^\.?leases-\d{6}\.parquet(\.tmp)?$")
 ROW_GROUP = 122_880
 # zstd's level 2. Measured against level 3 (DuckDB's default), paired, 2026-11-24: the 1M archive's month files
@@ -80,6 +86,7 @@ class ArchiveResult:
     later: int  # closed leases left out because they ended at or after --before
     months: tuple[str, ...]  # the months whose file this run rewrote
     removed: tuple[str, ...]  # files of earlier or interrupted runs it deleted
+    migrated: bool = False  # it renamed an old archive's manifest.json (before issue 28) to _manifest.json
 
 
 def crash_point(step: str) -> None:
@@ -99,9 +106,11 @@ def crash_point(step: str) -> None:
 _PASSED: dict[str, int] = {}
 
 
-def open_for_writing(directory: Path) -> Manifest:
+def open_for_writing(directory: Path) -> tuple[Manifest, bool]:
     """The manifest of the archive at ``directory``; a new, empty archive when the directory is missing or
-    empty. A directory with other files and no manifest is not ours: refused."""
+    empty. A directory with other files and no manifest is not ours: refused. An archive written before issue 28
+    has its ``manifest.json`` renamed ``_manifest.json`` (once it has been read and checked); the second value
+    says whether that happened."""
     if directory.exists() and not directory.is_dir():
         raise ArchiveError(f"{directory}: not a directory")
     if not directory.exists():
@@ -109,22 +118,25 @@ def open_for_writing(directory: Path) -> Manifest:
             directory.mkdir(parents=True)
         except OSError as exc:
             raise ArchiveError(f"{directory}: cannot create: {exc.strerror or exc}") from None
-        return Manifest()
-    if (directory / MANIFEST).exists():
-        return read_manifest(directory)
+        return Manifest(), False
+    if has_manifest(directory):
+        manifest = read_manifest(directory)
+        return manifest, migrate(directory)
     foreign = sorted(p.name for p in directory.iterdir() if not _OURS.match(p.name))
     if foreign:
         raise ArchiveError(f"{directory}: not a lease archive (no {MANIFEST}) and not empty: holds "
                            f"{', '.join(foreign[:3])}{' …' if len(foreign) > 3 else ''}")
-    return Manifest()
+    return Manifest(), False
 
 
 def strays(directory: Path, manifest: Manifest) -> list[Path]:
-    """Files of ours that the manifest does not list: left by an interrupted run or replaced by a later one."""
+    """Files of ours that the manifest does not list: left by an interrupted run or replaced by a later one (and
+    a ``manifest.json`` beside ``_manifest.json``, which is the manifest then)."""
     listed = {p.file for p in manifest.partitions}
+    renamed = (directory / MANIFEST).exists()
     out = []
     for entry in sorted(directory.iterdir()):
-        if entry.name == STAGING or entry.name == f".{MANIFEST}.tmp":
+        if entry.name == STAGING or entry.name in _MANIFEST_TMP or (entry.name == LEGACY_MANIFEST and renamed):
             out.append(entry)
         elif entry.is_dir() and entry.name.startswith(f"{PARTITION}="):
             for file in sorted(entry.iterdir()):
@@ -153,7 +165,7 @@ def archive(
     gpus: Mapping[str, int] | None = None,
 ) -> ArchiveResult:
     """Add every closed lease (ended before ``before`` when given) that the archive does not hold yet."""
-    manifest = open_for_writing(directory)
+    manifest, migrated = open_for_writing(directory)
     removed = remove(strays(directory, manifest), directory)
     crash_point("cleaned")
 
@@ -167,12 +179,13 @@ def archive(
 
     if not closed:
         _keep_empty(directory)
-        return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
+        return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed), migrated)
     con = db.connect()
     staged, rows = _stage(con, directory / STAGING, closed)
     crash_point("staged")
-    return _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later, archived_at=archived_at,
-                  before=before, gpus=gpus)
+    result = _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later,
+                    archived_at=archived_at, before=before, gpus=gpus)
+    return dataclasses.replace(result, migrated=migrated)
 
 
 def archive_staged(
@@ -188,17 +201,18 @@ def archive_staged(
     """The same, for leases that DuckDB holds already as the table or view ``staged`` of ``con`` (the archive's
     columns and ``month``, closed leases only, one row per key, in file order: archive/snapshot_rows.py);
     ``open_`` and ``later`` count the leases it left out."""
-    manifest = open_for_writing(directory)
+    manifest, migrated = open_for_writing(directory)
     removed = remove(strays(directory, manifest), directory)
     crash_point("cleaned")
     staged = con.execute("SELECT month, count(*) FROM staged GROUP BY month ORDER BY month").fetchall()
     rows = sum(count for _month, count in staged)
     if not rows:
         _keep_empty(directory)
-        return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed))
+        return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed), migrated)
     crash_point("staged")
-    return _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later, archived_at=archived_at,
-                  before=before, gpus=gpus)
+    result = _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later,
+                    archived_at=archived_at, before=before, gpus=gpus)
+    return dataclasses.replace(result, migrated=migrated)
 
 
 def _write(con, directory: Path, manifest: Manifest, staged: list[tuple[str, int]], rows: int, removed: list[str],
@@ -252,7 +266,7 @@ def _write(con, directory: Path, manifest: Manifest, staged: list[tuple[str, int
 
 def _keep_empty(directory: Path) -> None:
     """A new archive that received nothing is still an archive: an empty manifest (generation 0)."""
-    if not (directory / MANIFEST).exists():
+    if not has_manifest(directory):
         write_manifest(directory, Manifest())
 
 

@@ -278,7 +278,7 @@ class ArchiveOptions(Command):
         open_, later = read.stage(self.opts.report_namespace(), limit)
         result = store.archive_staged(Path(self.to), read.con, open_=open_, later=later, archived_at=at,
                                       before=limit, gpus=gpus)
-        return archive_document(summary.archive_report(result, 0, []))
+        return archive_document(summary.archive_report(result, 0, []), renamed_manifest=result.migrated)
 
     def _when(self, snapshot: Snapshot) -> tuple[datetime, datetime | None, dict[str, int]]:
         """The archive run's time, its --before (None: every closed lease) and the fleet's GPUs per flavor."""
@@ -300,7 +300,7 @@ class ArchiveOptions(Command):
         pruned, left = 0, []
         if self.prune:
             pruned, left = _prune(self.opts, result.directory, snapshot.leases, limit)
-        return archive_document(summary.archive_report(result, pruned, left))
+        return archive_document(summary.archive_report(result, pruned, left), renamed_manifest=result.migrated)
 
 
 @dataclass

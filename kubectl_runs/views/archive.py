@@ -38,7 +38,7 @@ def _archive_line(archive: str, leases: int, parts: list[ArchivePartition], firs
             f"{_span(first, last)} (generation {generation})")
 
 
-def archive_document(report: ArchiveReport) -> Document:
+def archive_document(report: ArchiveReport, *, renamed_manifest: bool = False) -> Document:
     left = []
     if report.already_archived:
         left.append(f"{counted(report.already_archived, 'lease')} already archived")
@@ -62,6 +62,9 @@ def archive_document(report: ArchiveReport) -> Document:
     if report.removed:
         doc.notes.append(f"removed {counted(len(report.removed), 'file')} of replaced or interrupted runs: "
                          + ", ".join(report.removed[:3]) + (" …" if len(report.removed) > 3 else ""))
+    if renamed_manifest:
+        doc.notes.append("renamed the archive's manifest.json _manifest.json, the name Spark, Hive and Trino skip "
+                         "when they read the archive's files (docs/archive.md)")
     return doc
 
 

@@ -93,7 +93,7 @@ def test_a_run_killed_after_each_step_converges(tmp_path, snapshots, form, crash
     verified = reader.verify(directory)
     assert not verified.problems and not verified.stray
     files = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
-    assert files == sorted(["manifest.json", *(p.file for p in verified.archive.manifest.partitions)])
+    assert files == sorted(["_manifest.json", *(p.file for p in verified.archive.manifest.partitions)])
 
     # and the same bytes as an archive that was never interrupted (same generation numbers, same content)
     clean = tmp_path / "clean"

@@ -431,3 +431,20 @@ def test_a_lease_not_of_the_plain_form_fails_the_read_even_beside_its_copy(tmp_p
     read = snapshot_rows.read(path)
     assert read is not None and read.con is None
     read.close()
+
+
+def test_an_archive_with_the_old_manifest_name_is_renamed_on_this_path_too(tmp_path):
+    """DuckDB's path (archive_staged) renames an old archive's manifest.json _manifest.json as the loader's does,
+    whether the run adds leases or not."""
+    leases = history(24, 300, days=60)
+    first = write_json(tmp_path / "first.json", [*fleet_objects(), *leases[:150]])
+    every = write_json(tmp_path / "every.json", [*fleet_objects(), *leases])
+    target = tmp_path / "a"
+    assert run_main(["leases", "archive", "--to", str(target), "--snapshot", first, "--at", AT]) == 0
+    for snapshot in (first, every):  # nothing new, then new leases
+        (target / "_manifest.json").rename(target / "manifest.json")
+        assert snapshot_rows.read(snapshot).con is not None
+        assert run_main(["leases", "archive", "--to", str(target), "--snapshot", snapshot, "--at", AT]) == 0
+        assert (target / "_manifest.json").exists() and not (target / "manifest.json").exists()
+    assert archived(target) == archived(by_loader(tmp_path / "loader", every))
+    assert not reader.verify(target).problems and not reader.verify(target).stray

@@ -103,18 +103,18 @@ def test_leases_between_prunes_to_the_window(tmp_path):
 def test_a_directory_that_is_not_ours_is_refused(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
-    with pytest.raises(ArchiveError, match=r"other: not a lease archive \(no manifest.json\) and not empty: holds notes.txt"):
+    with pytest.raises(ArchiveError, match=r"other: not a lease archive \(no _manifest.json\) and not empty: holds notes.txt"):
         store.archive(tmp_path / "other", history(1, 5), archived_at=AT)
     with pytest.raises(ArchiveError, match="no such directory"):
         reader.open_archive(tmp_path / "missing")
-    with pytest.raises(ArchiveError, match=r"manifest.json: not found"):
+    with pytest.raises(ArchiveError, match=r"_manifest.json: not found"):
         reader.open_archive(tmp_path / "other")
 
 
 def damaged(tmp_path, change) -> Path:
     directory = tmp_path / "a"
     store.archive(directory, history(6, 120), archived_at=AT)
-    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest = json.loads((directory / "_manifest.json").read_text())
     change(directory, manifest)
     return directory
 
@@ -151,7 +151,7 @@ def test_a_file_of_another_schema_version_is_named(tmp_path):
         Path(f"{file}.x").replace(file)
         part["bytes"] = file.stat().st_size
         part["sha256"] = store.sha256(file)
-        (directory / "manifest.json").write_text(json.dumps(manifest))
+        (directory / "_manifest.json").write_text(json.dumps(manifest))
 
     directory = damaged(tmp_path, other_version)
     with pytest.raises(ArchiveError, match=r"leases-000001.parquet: schema version 2; this kubectl-runs reads version 1"):
@@ -161,13 +161,13 @@ def test_a_file_of_another_schema_version_is_named(tmp_path):
 def test_a_manifest_of_another_version_or_garbage_is_named(tmp_path):
     def newer(directory, manifest):
         manifest["schemaVersion"] = 2
-        (directory / "manifest.json").write_text(json.dumps(manifest))
+        (directory / "_manifest.json").write_text(json.dumps(manifest))
 
     directory = damaged(tmp_path, newer)
-    with pytest.raises(ArchiveError, match=r"manifest.json: schema version 2; this kubectl-runs reads version 1"):
+    with pytest.raises(ArchiveError, match=r"_manifest.json: schema version 2; this kubectl-runs reads version 1"):
         reader.open_archive(directory)
-    (directory / "manifest.json").write_text("{not json")
-    with pytest.raises(ArchiveError, match=r"manifest.json: not a lease archive manifest"):
+    (directory / "_manifest.json").write_text("{not json")
+    with pytest.raises(ArchiveError, match=r"_manifest.json: not a lease archive manifest"):
         store.archive(directory, [], archived_at=AT)
 
 
@@ -196,7 +196,7 @@ def test_rows_are_sorted_by_start_in_each_file(tmp_path):
         assert keys == sorted(keys)
     kv = con.execute(f"SELECT value FROM parquet_kv_metadata('{tmp_path / 'a' / part.file}')").fetchall()
     assert (b"1",) in kv
-    assert msgspec.json.decode((tmp_path / "a" / "manifest.json").read_bytes())["format"] == "kubectl-runs/lease-archive"
+    assert msgspec.json.decode((tmp_path / "a" / "_manifest.json").read_bytes())["format"] == "kubectl-runs/lease-archive"
 
 
 def test_the_files_do_not_depend_on_the_order_leases_come_in(tmp_path):
@@ -250,3 +250,72 @@ def test_a_connection_prints_nothing_of_its_own():
             assert cursor.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
     finally:
         con.close()
+
+
+# --- archives written before issue 28, whose manifest is manifest.json ------------------------------------------
+
+
+def old_layout(directory: Path) -> Path:
+    """An archive as kubectl-runs wrote it before issue 28: the same files, the manifest named manifest.json."""
+    (directory / "_manifest.json").rename(directory / "manifest.json")
+    return directory
+
+
+def test_an_archive_with_the_old_manifest_name_reads_and_verifies(tmp_path):
+    leases = history(8, 200)
+    store.archive(tmp_path / "new", leases, archived_at=AT)
+    store.archive(tmp_path / "old", leases, archived_at=AT)
+    old = old_layout(tmp_path / "old")
+    assert held(everything(old)) == held(everything(tmp_path / "new")) == held(leases)
+    assert reader.open_archive(old).manifest.partitions == reader.open_archive(tmp_path / "new").manifest.partitions
+    verified = reader.verify(old)
+    assert not verified.problems and not verified.stray
+    assert (old / "manifest.json").exists() and not (old / "_manifest.json").exists()  # reading renames nothing
+
+
+def test_writing_to_an_old_archive_renames_its_manifest(tmp_path):
+    leases = history(9, 300)
+    first, second = leases[:150], leases[150:]
+    old = tmp_path / "old"
+    store.archive(old, first, archived_at=AT)
+    old_layout(old)
+    before = (old / "manifest.json").read_bytes()
+    # a run that adds nothing renames it too (its bytes unchanged): the archive is then readable by Spark
+    result = store.archive(old, first, archived_at=AT)
+    assert result.migrated and result.added == 0
+    assert not (old / "manifest.json").exists() and (old / "_manifest.json").read_bytes() == before
+    assert not store.archive(old, first, archived_at=AT).migrated
+    # and one that adds leases, from an old archive again: the same archive as one never written the old way
+    old_layout(old)
+    result = store.archive(old, second, archived_at=AT)
+    assert result.migrated and result.added
+    store.archive(tmp_path / "new", first, archived_at=AT)
+    store.archive(tmp_path / "new", second, archived_at=AT)
+    assert held(everything(old)) == held(everything(tmp_path / "new")) == held(leases)
+    assert sorted(p.name for p in old.iterdir() if p.is_file()) == ["_manifest.json"]
+    assert not reader.verify(old).problems and not reader.verify(old).stray
+
+
+def test_an_old_archive_of_another_version_is_refused_and_not_renamed(tmp_path):
+    store.archive(tmp_path / "a", history(10, 50), archived_at=AT)
+    old = old_layout(tmp_path / "a")
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["schemaVersion"] = 2
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArchiveError, match=r"/manifest.json: schema version 2; this kubectl-runs reads version 1"):
+        store.archive(old, history(10, 60), archived_at=AT)
+    assert (old / "manifest.json").exists() and not (old / "_manifest.json").exists()
+
+
+def test_both_names_the_new_one_is_the_manifest_the_old_one_a_stray(tmp_path):
+    leases = history(11, 200)
+    store.archive(tmp_path / "a", leases[:100], archived_at=AT)
+    directory = tmp_path / "a"
+    (directory / "manifest.json").write_bytes((directory / "_manifest.json").read_bytes())  # copied back, say
+    store.archive(directory, leases, archived_at=AT)  # _manifest.json is read, then rewritten
+    (directory / "manifest.json").write_text("{stale")
+    assert reader.open_archive(directory).manifest.generation == 2
+    assert reader.verify(directory).stray == ["manifest.json"]
+    result = store.archive(directory, leases, archived_at=AT)
+    assert result.removed == ("manifest.json",) and not result.migrated
+    assert not (directory / "manifest.json").exists()

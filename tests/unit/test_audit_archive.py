@@ -115,7 +115,7 @@ def test_a_damaged_archive_counts_nothing(capsys, fleet, tmp_path):
 
     copy = tmp_path / "copy"
     shutil.copytree(fleet["archive"], copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest = json.loads((copy / "_manifest.json").read_text())
     last = copy / manifest["partitions"][-1]["file"]
     last.write_bytes(last.read_bytes()[:100])
     code, out, err = run_cli(capsys, "leases", "audit", "--snapshot", fleet["live"], "--archive", str(copy))

@@ -85,11 +85,11 @@ def test_verify(capsys, tmp_path):
     ("setup", "args", "line"),
     [
         (None, ["--verify", "{d}/missing"], "error: {d}/missing: no such directory (not a lease archive)"),
-        ("foreign", ["--verify", "{d}"], "error: {d}/manifest.json: not found: {d} is not a lease archive"),
+        ("foreign", ["--verify", "{d}"], "error: {d}/_manifest.json: not found: {d} is not a lease archive"),
         ("foreign", ["--to", "{d}", "--snapshot", EXAMPLE],
-         "error: {d}: not a lease archive (no manifest.json) and not empty: holds notes.txt"),
+         "error: {d}: not a lease archive (no _manifest.json) and not empty: holds notes.txt"),
         ("file", ["--to", "{d}/f", "--snapshot", EXAMPLE], "error: {d}/f: not a directory"),
-        ("newer", ["--verify", "{d}"], "error: {d}/manifest.json: schema version 2; this kubectl-runs reads version 1"),
+        ("newer", ["--verify", "{d}"], "error: {d}/_manifest.json: schema version 2; this kubectl-runs reads version 1"),
         (None, ["--to", "{d}/a", "--snapshot", EXAMPLE, "--before", "soon"],
          "error: --before: 'soon' is not a time: use RFC 3339 (2025-11-01T00:15:00Z), a date, or a duration back "
          "from --at (7d, 24h)"),
@@ -104,9 +104,9 @@ def test_bad_input_is_one_line(capsys, tmp_path, setup, args, line):
         (tmp_path / "f").write_text("x")
     elif setup == "newer":
         run_cli(capsys, "leases", "archive", "--to", d, "--snapshot", EXAMPLE)
-        manifest = json.loads((tmp_path / "manifest.json").read_text())
+        manifest = json.loads((tmp_path / "_manifest.json").read_text())
         manifest["schemaVersion"] = 2
-        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+        (tmp_path / "_manifest.json").write_text(json.dumps(manifest))
     code, out, err = run_cli(capsys, "leases", "archive", *[a.format(d=d) for a in args])
     assert (code, out, err) == (1, "", line.format(d=d) + "\n")
 
@@ -143,3 +143,29 @@ def test_the_duckdb_example_of_the_docs_runs_on_the_archive(capsys, tmp_path):
         want[lease.spec.owner] = want.get(lease.spec.owner, 0.0) + lease.gpus * seconds / 3600
     assert got == {k: round(v, 6) for k, v in want.items()}
     assert duckdb.connect().execute(second.replace("/archive", str(tmp_path))).fetchall() == []  # no DoubleBooked
+
+
+def test_an_archive_with_the_old_manifest_name(capsys, tmp_path):
+    """An archive written before issue 28 (its manifest named manifest.json, which Spark read as a Parquet file):
+    audited and verified as it is; the next `leases archive --to` renames it _manifest.json and says so."""
+    target = str(tmp_path / "arch")
+    run_cli(capsys, "leases", "archive", "--to", target, "--snapshot", EXAMPLE)
+    window = ["--since", "2025-10-01", "--until", "2025-12-01", "--at", "2025-12-01T00:00:00Z", "--hours-only"]
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    audit = ["leases", "audit", "--snapshot", str(empty), "--archive", target, *window, "-o", "json"]
+    want = run_cli(capsys, *audit)
+    assert want[0] == 0 and json.loads(want[1])["totals"]["leases"] == 10
+    verified = run_cli(capsys, "leases", "archive", "--verify", target, "-o", "json")
+    (tmp_path / "arch" / "_manifest.json").rename(tmp_path / "arch" / "manifest.json")
+    assert run_cli(capsys, *audit) == want
+    assert run_cli(capsys, "leases", "archive", "--verify", target, "-o", "json") == verified
+
+    code, out, err = run_cli(capsys, "leases", "archive", "--to", target, "--snapshot", EXAMPLE)
+    assert (code, err) == (0, "warning: renamed the archive's manifest.json _manifest.json, the name Spark, Hive and "
+                              "Trino skip when they read the archive's files (docs/archive.md)\n")
+    assert out.startswith("Added 0 closed leases; 10 leases already archived, 10 open leases left.\n")
+    assert sorted(p.name for p in (tmp_path / "arch").iterdir()) == ["_manifest.json", "month=2025-10",
+                                                                      "month=2025-11"]
+    assert run_cli(capsys, *audit) == want
+    assert run_cli(capsys, "leases", "archive", "--verify", target, "-o", "json") == verified

@@ -202,7 +202,7 @@ def test_troubleshooting_quotes_the_ignored_kind_note(capsys, workdir, monkeypat
 # relative to the page, to the repository root, or the tail of a tracked path. These name files the commands
 # write, a user's own script in an example (get-token.sh), a Python module (msgspec.json) or an upstream source, not files of the repository; bench/out/ is what the
 # benchmarks generate.
-NAMED_ELSEWHERE = {"fleet.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json", "get-token.sh", "x.json"}
+NAMED_ELSEWHERE = {"fleet.json", "_manifest.json", "._manifest.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json", "get-token.sh", "x.json"}
 FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:md|py|yaml|yml|json|sh|toml|go))(?![\w/])")
 
 

@@ -23,7 +23,7 @@ def generate(out: Path, seed: int = 3) -> None:
 
 def test_history(capsys, tmp_path):
     generate(tmp_path / "a")
-    manifest = json.loads((tmp_path / "a" / "archive" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "a" / "archive" / "_manifest.json").read_text())
     assert 2700 <= manifest["leases"] <= 3300
     assert len(manifest["runs"]) == len(manifest["partitions"]) >= 12
     assert run_cli(capsys, "leases", "archive", "--verify", str(tmp_path / "a" / "archive"))[0] == 0
@@ -37,5 +37,5 @@ def test_history(capsys, tmp_path):
     assert len(planted) == len(manifest["partitions"])
     assert {f["kind"] for f in data["findings"]} <= {"DoubleBooked"}
     generate(tmp_path / "b")
-    assert [p["sha256"] for p in json.loads((tmp_path / "b" / "archive" / "manifest.json").read_text())[
+    assert [p["sha256"] for p in json.loads((tmp_path / "b" / "archive" / "_manifest.json").read_text())[
         "partitions"]] == [p["sha256"] for p in manifest["partitions"]]

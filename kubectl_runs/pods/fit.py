@@ -52,6 +52,7 @@ class NodeFit:
     reasons: tuple[str, ...]
     filter: str = ""
     free: dict[str, int] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)  # of the resources the pod asks
 
     @property
     def fits(self) -> bool:
@@ -107,15 +108,16 @@ def fit(spec: PodSpec, node: Node, use: NodeUse | None = None, asked: dict[str, 
     reasons = []
     if "pods" in allocatable and use.pods + 1 > quantity(allocatable["pods"], "pods"):
         reasons.append(TOO_MANY_PODS)
-    free = {}
+    free, offered = {}, {}
     for resource, amount in sorted(asked.items()):
         if amount <= 0:
             continue
-        left = quantity(allocatable.get(resource), resource) - use.requested.get(resource, 0)
+        offered[resource] = quantity(allocatable.get(resource), resource)
+        left = offered[resource] - use.requested.get(resource, 0)
         free[resource] = left
         if amount > left:
             reasons.append(insufficient(resource))
-    return NodeFit(name, tuple(reasons), "NodeResourcesFit" if reasons else "", free)
+    return NodeFit(name, tuple(reasons), "NodeResourcesFit" if reasons else "", free, offered)
 
 
 def fleet_fit(spec: PodSpec, nodes: Iterable[Node], pods: Iterable[Pod]) -> tuple[NodeFit, ...]:

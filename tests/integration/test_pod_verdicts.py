@@ -25,19 +25,21 @@ from scheduler_harness import (
 from kubectl_runs.model import Node
 from kubectl_runs.pods.fit import fleet_fit, histogram, verdict
 from kubectl_runs.pods.model import Pod
+from kubectl_runs.pods.reasons import reason
 
 NS = "research"
 TAINT = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
 GOLD = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gold"]}]}]}}}
-# name -> (GPUs, more of the pod's spec): each stays pending on the planted nodes
+# name -> (GPUs, more of the pod's spec, our reason code): each stays pending on the planted nodes
 PENDING = {
-    "fragmented": (8, {"nodeSelector": {"pool": "train"}}),  # 6 + 4 GPUs free in the pool, never 8 on one node
-    "huge": (16, {}),  # more than any node has
-    "gold": (1, {"affinity": GOLD}),  # no node is labelled pool=gold
+    "fragmented": (8, {"nodeSelector": {"pool": "train"}}, "Fragmented"),  # 6 + 4 free in the pool, never 8 on one
+    "huge": (16, {}, "ExceedsNodeCapacity"),  # more than any node has
+    "gold": (1, {"affinity": GOLD}, "NodeSelector"),  # no node is labelled pool=gold
     "serve-cpu": (1, {"nodeSelector": {"pool": "serve"}, "containers": [{
         "name": "main", "image": "registry.example/serve:1",
-        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "32"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
+        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "32"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+                  "InsufficientResources"),
 }
 
 
@@ -46,12 +48,16 @@ def _records(cp, path: str, kind: str, cls):
     return [msgspec.json.decode(json.dumps({**item, "kind": kind}), type=cls) for item in items]
 
 
-def _ours(cp, name: str):
+def _pod_and_fits(cp, name: str):
     nodes = _records(cp, "/api/v1/nodes", "Node", Node)
     pods = _records(cp, "/api/v1/pods", "Pod", Pod)
     mine = next(p for p in pods if p.metadata.name == name)
     others = [p for p in pods if p is not mine]  # once bound, the pod itself must not count against its node
-    return fleet_fit(mine.spec, nodes, others)
+    return mine, fleet_fit(mine.spec, nodes, others)
+
+
+def _ours(cp, name: str):
+    return _pod_and_fits(cp, name)[1]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +70,7 @@ def planted(tmp_path_factory):
         gpu_node(cp, "s1", gpus=8, labels={"pool": "serve"}, cpu="16")
         for holder, where, gpus in (("hold-a1", "a1", 2), ("hold-a2", "a2", 4)):
             request(cp, "POST", f"/api/v1/namespaces/{NS}/pods", gpu_pod(holder, NS, gpus=gpus, nodeName=where))
-        for name, (gpus, more) in PENDING.items():
+        for name, (gpus, more, _code) in PENDING.items():
             request(cp, "POST", f"/api/v1/namespaces/{NS}/pods", gpu_pod(name, NS, gpus=gpus, **more))
         try:
             for name in PENDING:
@@ -84,6 +90,11 @@ def test_our_node_counts_per_reason_are_the_schedulers(planted, name):
     fits = _ours(planted, name)
     assert (len(fits), histogram(fits)) == (nodes, theirs), message
     assert message.startswith(verdict(fits)), message  # the same text, up to the preemption part
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_one_reason_code_per_pod(planted, name):
+    assert reason(*_pod_and_fits(planted, name)).code == PENDING[name][2]
 
 
 def test_fragmentation_is_seen_node_by_node(planted):

@@ -120,9 +120,10 @@ def fit(spec: PodSpec, node: Node, use: NodeUse | None = None, asked: dict[str, 
     return NodeFit(name, tuple(reasons), "NodeResourcesFit" if reasons else "", free, offered)
 
 
-def fleet_fit(spec: PodSpec, nodes: Iterable[Node], pods: Iterable[Pod]) -> tuple[NodeFit, ...]:
-    """Every node against the pod, in the nodes' order."""
-    use = node_use(pods)
+def fleet_fit(spec: PodSpec, nodes: Iterable[Node], pods: Iterable[Pod],
+              use: dict[str, NodeUse] | None = None) -> tuple[NodeFit, ...]:
+    """Every node against the pod, in the nodes' order (``use``: ``node_use`` of the pods, when already known)."""
+    use = node_use(pods) if use is None else use
     asked = spec.requests()
     return tuple(fit(spec, node, use.get(node.metadata.name), asked) for node in nodes)
 

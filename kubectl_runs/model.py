@@ -21,6 +21,7 @@ from typing import Annotated, Literal, Union
 import msgspec
 
 from .kueue.model import QUEUE_CLUSTER_SCOPED, QUEUE_KINDS, QueueObjects
+from .pods.model import POD_KINDS, PodObjects
 
 GROUP = "jobtree.dev"
 VERSION = "v1alpha1"
@@ -575,8 +576,9 @@ class GPULeaseHead(GPULease, tag_field="kind", tag="GPULease"):
 
 KINDS = {"Node": Node, "Budget": Budget, "Run": Run, "Reservation": Reservation, "GPULease": GPULease}
 KIND_API_VERSIONS = {"Node": "v1", **dict.fromkeys(("Budget", "Run", "Reservation", "GPULease"), API_VERSION)}
-# What a snapshot may hold: ours, and the Kueue/Kaiwo objects the queue reports read (kubectl_runs.kueue).
-SNAPSHOT_KINDS = {**KINDS, **QUEUE_KINDS}
+# What a snapshot may hold: ours, the Kueue/Kaiwo objects the queue reports read (kubectl_runs.kueue), and the
+# pods, verdict Events, ResourceQuotas and LimitRanges the pod reports read (kubectl_runs.pods).
+SNAPSHOT_KINDS = {**KINDS, **QUEUE_KINDS, **POD_KINDS}
 AnyObject = Union[(*SNAPSHOT_KINDS.values(),)]  # a union built from the registry
 CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
 # ``leases audit`` reads GPULeases from JSON snapshots as GPULeaseHead (sources/files.py, ``lean``).
@@ -607,6 +609,7 @@ class Snapshot:
     taken_at: datetime | None = None
     notes: tuple[str, ...] = field(default=())
     queues: QueueObjects = field(default_factory=QueueObjects)  # Kueue and Kaiwo objects (kubectl_runs.kueue): their own model
+    pods: PodObjects = field(default_factory=PodObjects)  # core/v1 objects of the pod reports (kubectl_runs.pods)
 
     @cached_property
     def nodes_by_name(self) -> dict[str, Node]:

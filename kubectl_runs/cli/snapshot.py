@@ -16,6 +16,7 @@ import msgspec
 from ..errors import UserError
 from ..kueue.model import QUEUE_API_VERSIONS
 from ..model import API_VERSION, snapshot_document
+from ..pods.model import POD_KINDS
 from ..render import JSON, YAML, Document
 from ..timeutil import rfc3339
 from .options import GlobalOptions, global_options
@@ -123,11 +124,14 @@ def _write(document: dict, fmt: str, out) -> None:
 def _normalized(loaded, taken_at: str | None) -> dict:
     """The typed records re-encoded (only the fields kubectl-runs reads survive)."""
     items = []
-    groups = (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases, *loaded.queues.groups())
+    pods = loaded.pods
+    groups = (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases, *loaded.queues.groups(),
+              pods.pods, pods.events, pods.quotas, pods.limit_ranges)
     for group in groups:
         for obj in group:
             item = msgspec.to_builtins(obj)
             kind = item["kind"]
-            item["apiVersion"] = "v1" if kind == "Node" else QUEUE_API_VERSIONS.get(kind, API_VERSION)
+            core = kind == "Node" or kind in POD_KINDS
+            item["apiVersion"] = "v1" if core else QUEUE_API_VERSIONS.get(kind, API_VERSION)
             items.append(item)
     return snapshot_document(items, taken_at)

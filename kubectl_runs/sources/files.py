@@ -41,6 +41,7 @@ from ..model import (
     Snapshot,
     check_time,
 )
+from ..pods.model import POD_KINDS, PodObjects
 from . import snapshot_input
 from .json_keys import duplicate_key
 from .nesting import json_too_deep, too_deep_message, yaml_too_deep
@@ -298,6 +299,7 @@ class _Collector:
             taken_at=max(self.stamps) if self.stamps else None,
             notes=tuple(self.notes),
             queues=QueueObjects.of({kind: by_kind[kind] for kind in QUEUE_KINDS}),
+            pods=PodObjects.of({kind: by_kind[kind] for kind in POD_KINDS}),
         )
 
 

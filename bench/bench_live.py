@@ -50,6 +50,18 @@ def wall(argv: list[str], env: dict) -> float:
     return elapsed
 
 
+def wall_and_cpu(argv: list[str], env: dict) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, from the children's rusage) of one run: on a shared machine
+    a single-threaded Python start-up waits for a core more than kubectl's Go threads do, so the CPU ratio
+    says what the wall ratio would be on a quiet machine more steadily."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    elapsed = wall(argv, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def loadavg() -> str:
     try:
         with open("/proc/loadavg", encoding="ascii") as handle:
@@ -58,13 +70,44 @@ def loadavg() -> str:
         return "unknown"
 
 
+CONSOLE_SCRIPT = """#!{python}
+import sys
+from kubectl_runs.cli.main import entrypoint
+if __name__ == "__main__":
+    sys.argv[0] = sys.argv[0].removesuffix(".exe")
+    sys.exit(entrypoint())
+"""
+
+
+def installed(package: Path, where: Path) -> Path:
+    """``package`` (a kubectl_runs directory) laid out as ``pip install`` (not ``-e``) lays it out, and its
+    console script: a venv whose site-packages holds a copy of the package with its bytecode compiled, the
+    dependencies reached through a .pth line naming this venv's site-packages (a plain path: the .pth files
+    there, the editable install's finder among them, are not run). The development venv's own entry point
+    imports that finder at every start, and with PYTHONDONTWRITEBYTECODE (set here) an editable package is
+    compiled from source at every start: neither is what a pip user runs."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = where / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "kubectl-runs-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    shutil.copytree(package, site / "kubectl_runs", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([str(python), "-m", "compileall", "-q", str(site / "kubectl_runs")], check=True)
+    entry = where / "bin" / "kubectl-runs"
+    entry.write_text(CONSOLE_SCRIPT.format(python=python))
+    entry.chmod(0o755)
+    return entry
+
+
 def small(args: argparse.Namespace) -> int:
     """Issue 28: the example fleet, where the time is start-up; medians of alternating runs."""
     objects = read_objects(str(ROOT / "examples" / "fleet.yaml"))
     kubectl = shutil.which("kubectl") or "/usr/bin/kubectl"
-    entry = Path(sys.executable).parent / "kubectl-runs"
-    if not entry.exists():
-        raise SystemExit(f"{entry} is missing: pip install -e . (scripts/bootstrap) makes it")
+    work = Path(tempfile.mkdtemp(prefix="bench-live-small-"))
+    entry = installed(ROOT / "kubectl_runs", work / "after")
+    before = installed(Path(args.baseline) / "kubectl_runs", work / "before") if args.baseline else None
     usage = ["budgets", "usage", "-o", "json"]
     runs: dict[str, tuple[list[str], dict]] = {}
     with ControlPlane() as cp:
@@ -75,9 +118,8 @@ def small(args: argparse.Namespace) -> int:
         runs["kubectl get gpuleases,budgets,runs,nodes -A -o json"] = (
             [kubectl, "get", "gpuleases,budgets,runs,nodes", "-A", "-o", "json"], env)
         runs["kubectl-runs budgets usage -o json (pip entry point)"] = ([str(entry), *usage], env)
-        if args.baseline:
-            before = {**env, "PYTHONPATH": str(Path(args.baseline).resolve())}
-            runs[f"  the same, kubectl_runs of {args.baseline}"] = ([str(entry), *usage], before)
+        if before is not None:
+            runs[f"  the same, kubectl_runs of {args.baseline}"] = ([str(before), *usage], env)
         onefile = ROOT / "dist" / "kubectl-runs"
         if args.onefile and onefile.exists():
             runs["kubectl-runs budgets usage -o json (single-file build)"] = ([str(onefile), *usage], env)
@@ -85,20 +127,25 @@ def small(args: argparse.Namespace) -> int:
             wall(argv, run_env)
             wall(argv, run_env)
         times: dict[str, list[float]] = {name: [] for name in runs}
+        cpu: dict[str, list[float]] = {name: [] for name in runs}
         load_before = loadavg()
         for _ in range(args.repeats):
             for name, (argv, run_env) in runs.items():
-                times[name].append(wall(argv, run_env))
+                elapsed, used = wall_and_cpu(argv, run_env)
+                times[name].append(elapsed)
+                cpu[name].append(used)
         load_after = loadavg()
-    base = statistics.median(times[next(iter(runs))])
+    shutil.rmtree(work, ignore_errors=True)
+    first = next(iter(runs))
+    base, base_cpu = statistics.median(times[first]), statistics.median(cpu[first])
     print(f"API server with the example fleet ({len(objects)} objects); medians of {args.repeats} alternating runs; "
           f"load average {load_before} before, {load_after} after ({os.cpu_count()} CPUs)")
-    print(f"  {'command':<62}{'median s':>9}{'p25-p75 s':>14}{'ratio':>8}")
+    print(f"  {'command':<58}{'wall s':>8}{'p25-p75 s':>14}{'ratio':>7}{'cpu s':>8}{'ratio':>7}")
     for name, values in times.items():
         q = statistics.quantiles(values, n=4)
-        med = statistics.median(values)
-        print(f"  {name:<62}{med:9.3f}{q[0]:7.3f}-{q[2]:<6.3f}{med / base:8.2f}")
-    print("  ratio = median ÷ the median of kubectl get (target <= 1.5)")
+        med, med_cpu = statistics.median(values), statistics.median(cpu[name])
+        print(f"  {name:<58}{med:8.3f}{q[0]:7.3f}-{q[2]:<6.3f}{med / base:7.2f}{med_cpu:8.3f}{med_cpu / base_cpu:7.2f}")
+    print("  ratio = median ÷ the median of kubectl get (target <= 1.5); cpu = user + system time of the process")
     return 0
 
 

@@ -1,5 +1,7 @@
 """The configured kubernetes ApiClient: kubeconfig (several files allowed) with its context, else in-cluster
-config; exec credential plugins run with a time limit and fail in one line naming the plugin.
+config; exec credential plugins run with a time limit and fail in one line naming the plugin. The reports call
+``connect``, which uses ``lean_client`` (no import of the kubernetes client) whenever the kubeconfig needs
+nothing of the client, and this ApiClient otherwise; the reconciler uses ``api_client`` itself.
 
 The client's own exec support waits for a plugin for ever, and when a plugin is missing or fails it logs the
 error on the root logger (Python's ``ERROR:root:…`` on stderr, which also switches on urllib3's retry warnings)

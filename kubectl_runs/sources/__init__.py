@@ -1,6 +1,7 @@
 """Where a Snapshot comes from: snapshot files, or the cluster of the current kubeconfig context.
 
-Only ``sources.cluster`` imports the kubernetes client, and only when a command talks to a cluster.
+Only ``sources.cluster`` (through ``sources.kubeclient``) imports the kubernetes client, and only when a command
+talks to a cluster whose kubeconfig needs it (an auth-provider, a proxy, in-cluster config: ``lean_client``).
 """
 
 from __future__ import annotations

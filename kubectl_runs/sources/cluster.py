@@ -1,5 +1,6 @@
-"""The live source: the cluster of the current kubeconfig context (the only module that imports the
-kubernetes client).
+"""The live source: the cluster of the current kubeconfig context. Requests go through ``lean_client`` (urllib3,
+set up from the kubeconfig as the kubernetes client would be) unless the kubeconfig needs the client itself
+(an auth-provider, a proxy, in-cluster config: ``kubeclient.api_client``).
 
 kubeconfig discovery is kubectl's (``--kubeconfig``, else ``$KUBECONFIG`` with several files, else
 ``~/.kube/config``, else in-cluster), exec credential plugins included. Lists are paginated with
@@ -25,8 +26,8 @@ from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot
 from ..timeutil import parse_time, rfc3339
 from . import Source
 from .files import _Collector, gc_paused
-from .kubeclient import ClusterError, quiet_client_logging
-from .kubeclient import api_client as _api_client
+from .kubeclient import ClusterError, connect, quiet_client_logging
+from .kubeclient import api_client as _api_client  # noqa: F401  (the reconciler's and tests' full client)
 
 T = TypeVar("T")
 
@@ -131,8 +132,9 @@ class Cluster:
     def __init__(self, source: Source):
         self.source = source
         quiet_client_logging()
-        self.api = _api_client(source)
+        self.api = connect(source)
         self.server = self.api.configuration.host
+        self.api_error = _api_error(self.api)
         self.timeout = source.request_timeout  # None: not given (the defaults apply); 0: no limit
         self.chunk_size = source.chunk_size or DEFAULT_CHUNK_SIZE
         self.missing: set[Resource] = set()  # the kinds whose list answered 404 (their CRD is not installed)
@@ -192,13 +194,11 @@ class Cluster:
         return self.timeout or None
 
     def _fetch(self, request: Any, path: str, state: dict[str, Any]) -> bytes:
-        from kubernetes.client.exceptions import ApiException
-
         try:
             response = self.api.call_api(*request, _request_timeout=self.request_timeout)
             state["response"] = response
             response.read()
-        except ApiException as exc:  # raised by some transports before a response exists
+        except self.api_error as exc:  # raised by some transports before a response exists
             raise self._http_error(exc.status, exc.body, path) from None
         except Exception as exc:  # urllib3 transport errors: unreachable, TLS, timeout
             raise self._transport_error(exc) from None
@@ -209,8 +209,6 @@ class Cluster:
     def delete(self, path: str, body: dict) -> int:
         """DELETE ``path`` with a DeleteOptions body; returns the HTTP status (2xx, 404 gone, 409 a failed
         precondition). Other answers and transport failures raise ClusterError."""
-        from kubernetes.client.exceptions import ApiException
-
         request = self.api.param_serialize(
             method="DELETE",
             resource_path=path,
@@ -224,7 +222,7 @@ class Cluster:
                 response = self.api.call_api(*request, _request_timeout=self.request_timeout)
                 state["response"] = response
                 response.read()
-            except ApiException as exc:
+            except self.api_error as exc:
                 return exc.status, exc.body
             except Exception as exc:
                 raise self._transport_error(exc) from None
@@ -315,6 +313,17 @@ class Cluster:
             "deadline": "did not finish its answer",
         }[phase]
         return ClusterError(f"the server at {self.server} {doing} {limit}")
+
+
+def _api_error(api: Any) -> type[Exception]:
+    """What the transport raises for an answer it did not return as a response: the client's ApiException
+    (an SSL error, …); the lean transport raises none (``lean_client``)."""
+    error = getattr(api, "api_error", None)
+    if error is not None:
+        return error
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
 
 
 def _shut(response: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import gc
 import itertools
 import operator
@@ -103,13 +104,22 @@ class _LeanTypedList(msgspec.Struct, frozen=True, gc=False):
     api_version: str = msgspec.field(default="", name="apiVersion")
 
 
-_TYPED_LIST = msgspec.json.Decoder(_TypedList)
-_LEAN_TYPED_LIST = msgspec.json.Decoder(_LeanTypedList)
 _KIND_OF = {cls: kind for kind, cls in (*SNAPSHOT_KINDS.items(), *LEAN_KINDS.items(), *LEAN_LEASE_KINDS.items())}
-_PEEK = msgspec.json.Decoder(_Peek)
-_RAW_LIST = msgspec.json.Decoder(_RawList)
-_RAW_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-_OBJECT_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in SNAPSHOT_KINDS.items()}
+
+
+@functools.cache
+def _decoder(of: Any) -> msgspec.json.Decoder:
+    """A JSON decoder of ``of``, made when a snapshot file first needs it: making one resolves the types of
+    every kind it can hold, which a live report (``sources.cluster``, which imports this module for the
+    collector) does not need to pay for at start-up."""
+    return msgspec.json.Decoder(of)
+
+
+def _object_decoder(kind: str) -> msgspec.json.Decoder | None:
+    cls = SNAPSHOT_KINDS.get(kind)
+    return None if cls is None else _decoder(cls)
+
+
 _PATH_IN_ERROR = re.compile(r" - at `\$(?:\.)?(.*)`$")
 
 
@@ -420,7 +430,7 @@ def _load_json(name: str, data: bytes, collector: _Collector) -> None:
         raise SnapshotError(f"{name}: duplicate key {key!r} at line {line} (first given at line {first}): an object "
                             "gives each key once (the API server refuses it)")
     try:
-        typed = (_LEAN_TYPED_LIST if collector.lean else _TYPED_LIST).decode(data)
+        typed = _decoder(_LeanTypedList if collector.lean else _TypedList).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         # (msgspec has a depth guard of its own: nesting past Python's recursion limit is a RecursionError, never
         # a crash. A typed List that decodes is as shallow as the model; anything else is checked below.)
@@ -462,9 +472,9 @@ def _load_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
 def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
     try:
         if data.lstrip()[:1] == b"[":
-            raws = _RAW_ARRAY.decode(data)
+            raws = _decoder(list[msgspec.Raw]).decode(data)
         else:
-            peek = _PEEK.decode(data)
+            peek = _decoder(_Peek).decode(data)
             if peek.items is None:
                 raws = [msgspec.Raw(data)]
             else:
@@ -477,10 +487,10 @@ def _decode_json_slowly(name: str, data: bytes, collector: _Collector) -> None:
         raise SnapshotError(f"{name}: not a Kubernetes object or List: {exc}") from None
     for index, raw in enumerate(raws):
         try:
-            peek = _PEEK.decode(raw)
+            peek = _decoder(_Peek).decode(raw)
         except msgspec.ValidationError as exc:
             raise SnapshotError(f"{name}: items[{index}]: not a Kubernetes object: {_field_error(exc)}") from None
-        decoder = _OBJECT_DECODERS.get(peek.kind)
+        decoder = _object_decoder(peek.kind)
         if decoder is None:
             if peek.items is not None:  # a nested List
                 _check_list_version(name, peek.kind, peek.api_version)

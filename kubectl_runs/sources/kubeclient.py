@@ -1,5 +1,7 @@
 """The configured kubernetes ApiClient: kubeconfig (several files allowed) with its context, else in-cluster
-config; exec credential plugins run with a time limit and fail in one line naming the plugin.
+config; exec credential plugins run with a time limit and fail in one line naming the plugin. The reports call
+``connect``, which uses ``lean_client`` (no import of the kubernetes client) whenever the kubeconfig needs
+nothing of the client, and this ApiClient otherwise; the reconciler uses ``api_client`` itself.
 
 The client's own exec support waits for a plugin for ever, and when a plugin is missing or fails it logs the
 error on the root logger (Python's ``ERROR:root:…`` on stderr, which also switches on urllib3's retry warnings)
@@ -40,23 +42,65 @@ class CredentialError(ClusterError):
     """A kubeconfig's credential plugin could not give credentials; one line naming it."""
 
 
+def connect(source: Source) -> Any:
+    """What the reports talk to the cluster with: ``lean_client.LeanApi`` when the kubeconfig needs nothing
+    of the kubernetes client (most do; ``import kubernetes`` alone costs more than a small report), else the
+    client's ApiClient (``api_client``). Both are set up and checked the same way."""
+    _paths, files, docs = _kubeconfig_files(source)
+    if docs:
+        from .lean_client import lean_api
+        from .transport import retry_class
+
+        api = lean_api(source, docs, retry_class()(total=1))
+        if api is not None:
+            _check_server(api.configuration.host, f"kubeconfig {', '.join(files)}")
+            _quiet_insecure_warnings()
+            return api
+    return api_client(source)
+
+
+def _kubeconfig_files(source: Source) -> tuple[str, list[str], dict[str, dict]]:
+    """The kubeconfig paths asked for, each file named, and the decoded files that exist (by path). Checked
+    first: the client's own errors on a bad file name no file (TypeError, …)."""
+    from .kubeconfig import read_kubeconfig
+
+    paths = source.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    files = [p for p in paths.split(os.pathsep) if p]
+    docs: dict[str, dict] = {}
+    for path in files:
+        try:
+            docs[path] = read_kubeconfig(path)
+        except FileNotFoundError:
+            continue
+    return paths, files, docs
+
+
+def _check_server(host: str, where: str) -> None:
+    from .names import shown
+    from .transport import server_problem
+
+    problem = server_problem(host)
+    if problem:  # urllib3 would print a warning, or fail later in its own words
+        raise ClusterError(f"{where}: the cluster's server address {shown(host)} is not usable: "
+                           f"{problem} (write it as https://HOST:PORT)")
+
+
+def _quiet_insecure_warnings() -> None:
+    # kubectl says nothing about insecure-skip-tls-verify on every request; neither do we (and a multi-line
+    # Python warning on stderr would break the one-line contract).
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+
 def api_client(source: Source) -> Any:
     """A configured ApiClient: kubeconfig (several files allowed) with context, else in-cluster config."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    from .kubeconfig import read_kubeconfig
-
     configuration = client.Configuration()
-    paths = source.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    files = [p for p in paths.split(os.pathsep) if p]
-    have_file = False
-    for path in files:  # checked first: the client's own errors on a bad file name no file (TypeError, …)
-        try:
-            read_kubeconfig(path)
-            have_file = True
-        except FileNotFoundError:
-            continue
+    paths, files, docs = _kubeconfig_files(source)
+    have_file = bool(docs)
     named = ", ".join(files)
     try:
         if have_file:
@@ -74,22 +118,11 @@ def api_client(source: Source) -> Any:
         raise ClusterError(f"kubeconfig {named}: {_one_line(str(exc))}") from None
     except Exception as exc:  # what the checks above missed: still one line naming the file, no Python type
         raise ClusterError(f"kubeconfig {named}: not a valid kubeconfig: {_one_line(str(exc))}") from None
-    import urllib3
+    from .transport import retry_class
 
-    from .names import shown
-    from .transport import retry_class, server_problem
-
-    problem = server_problem(configuration.host)
-    if problem:  # urllib3 would print a warning, or fail later in its own words
-        where = f"kubeconfig {named}" if have_file else "in-cluster config"
-        raise ClusterError(f"{where}: the cluster's server address {shown(configuration.host)} is not usable: "
-                           f"{problem} (write it as https://HOST:PORT)")
-
+    _check_server(configuration.host, f"kubeconfig {named}" if have_file else "in-cluster config")
     configuration.retries = retry_class()(total=1)
-
-    # kubectl says nothing about insecure-skip-tls-verify on every request; neither do we (and a multi-line
-    # Python warning on stderr would break the one-line contract).
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    _quiet_insecure_warnings()
     return client.ApiClient(configuration)
 
 

@@ -126,10 +126,11 @@ class GlobalOptions:
         """Reports over many objects cover every namespace unless ``-n`` narrows them (``-A`` wins)."""
         return None if self.all_namespaces else self.namespace
 
-    def source(self, namespace: str | None, *, queues: bool = False, lean: bool = False) -> Source:
+    def source(self, namespace: str | None, *, queues: bool = False, lean: bool = False, pods: bool = False
+               ) -> Source:
         """What to read; ``queues``: live, Nodes and the Kueue and Kaiwo kinds (snapshots hold what they hold);
         ``lean``: snapshot files' Workloads as ``WorkloadHead`` (`queues usage`) and GPULeases as ``GPULeaseHead``
-        (`leases audit`) where that is fast."""
+        (`leases audit`) where that is fast; ``pods``: live, every kind and Pods (`pending`)."""
         from ..sources import Source
 
         return Source(
@@ -141,6 +142,7 @@ class GlobalOptions:
             chunk_size=self.chunk_size,
             fallback_namespace=None if self.snapshots else self.object_namespace(),
             queues=queues,
+            pods=pods,
             lean=lean,
         )
 
@@ -160,10 +162,11 @@ class GlobalOptions:
                              f"{MAX_DURATION_TEXT}")
         return seconds
 
-    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False, lean: bool = False) -> Snapshot:
+    def load(self, namespace: str | None, stdin: Any = None, *, queues: bool = False, lean: bool = False,
+             pods: bool = False) -> Snapshot:
         from ..sources import load
 
-        snapshot = load(self.source(namespace, queues=queues, lean=lean), stdin)
+        snapshot = load(self.source(namespace, queues=queues, lean=lean, pods=pods), stdin)
         self.announce(snapshot)
         # Keep the last snapshot alive past the command: freeing millions of records costs a few tenths of a
         # second that a CLI need not spend, since the process exits right after (entrypoint: os._exit).

@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from ..kueue.reports import ExplainWorkloadReport, QueuesUsageReport
+from ..pods.pending import PendingReport
 from .reports import (
     ArchiveReport,
     ArchiveVerifyReport,
@@ -40,6 +41,7 @@ SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "explain": ("kubectl runs explain -o json", ExplainReport),
     "seeds-verify": ("kubectl runs seeds verify -o json", VerifyReport),
     "queues-usage": ("kubectl runs queues usage -o json", QueuesUsageReport),
+    "pending": ("kubectl runs pending -o json", PendingReport),
     "explain-workload": ("kubectl runs explain workload|kaiwojob NAME -o json", ExplainWorkloadReport),
 }
 

@@ -1,5 +1,6 @@
-"""The plain pods among the pending GPU consumers, one row per workload (kubectl_runs.pods.owners), with the reason
-code its pods wait for (kubectl_runs.pods.reasons) — the pod part of ``kubectl runs pending``.
+"""``kubectl runs pending`` as a value: every pending GPU consumer in one list — Runs (jobtree's plan: their need
+and the first reason of their plan) and plain pods, one row per workload (kubectl_runs.pods.owners) with the reason
+code its pods wait for (kubectl_runs.pods.reasons) — and a headline of the fleet's GPUs.
 
 A pod is pending here when it asks for GPUs (``nvidia.com/gpu`` or ``amd.com/gpu``) and is neither bound to a node
 nor finished nor being deleted. Replicas share a spec, so the filters are recomputed once per distinct spec and
@@ -18,7 +19,7 @@ import msgspec
 from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
-from .fit import fleet_fit, node_use
+from .fit import fit, fleet_fit, node_use
 from .model import Pod
 from .owners import Workload, workload_of
 from .reasons import PodReason, reason
@@ -86,3 +87,130 @@ def _row(workload: Workload, pods: list[Pod], reasons: list[PodReason]) -> Pendi
 def _oldest(times: Iterable[datetime | None]) -> datetime | None:
     known = [t for t in times if t is not None]
     return min(known) if known else None
+
+
+# --- Runs, the headline, the report ------------------------------------------------------------------------------
+
+
+class GPUHeadline(Value):
+    """The fleet's GPUs. A node's GPUs are held by open GPULeases or by bound pods, whichever holds more of them
+    (a Run's pods run on its leases' slots: nothing is counted twice); free is what neither holds."""
+
+    total: int
+    held_by_leases: int
+    held_by_pods_outside_leases: int
+    free: int
+    free_in_large_enough_blocks: int  # free GPUs on nodes with at least the smallest pending pod's request free
+    smallest_pending_request: int | None
+
+
+class ReasonCount(Value):
+    reason: str
+    rows: int
+    gpus: int
+
+
+class PendingRow(Value):
+    """One pending GPU consumer: a Run, or a workload's pending pods."""
+
+    kind: str  # Run, or the pods' workload: Deployment, Job, RayCluster, …, Pod
+    namespace: str
+    name: str
+    pods: int  # pending pods (0 for a Run: jobtree places its GPUs, not pods)
+    gpus: int  # GPUs still asked for: a Run's need, the pods' requests together
+    gpu_resource: GPUResource | None  # the pods' GPU resource; null for a Run (its flavor says it)
+    flavor: str | None  # a Run's gpuType; null for pods
+    waiting_since: str | None
+    admitted_by: str  # jobtree, kube-scheduler, Kueue, or the other scheduler's name
+    reason: str  # a Run's plan reason code, or a pod ReasonCode
+    message: str
+
+
+class PendingReport(Value):
+    at: str
+    gpus: GPUHeadline
+    rows: list[PendingRow]
+    reasons: list[ReasonCount]  # rows and GPUs per reason, most rows first
+
+
+def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
+                   flavor: str | None = None) -> PendingReport:
+    """Every pending GPU consumer of ``snapshot`` at ``at`` (``namespace``/``flavor`` narrow the rows, never the
+    arithmetic)."""
+    from ..engine.evaluation import Evaluation
+    from ..engine.plan import plan_run
+
+    pods = snapshot.pods.pods
+    rows: list[PendingRow] = []
+    ev = Evaluation(snapshot, at)
+    for run in snapshot.runs:
+        if run.finished:
+            continue
+        plan = plan_run(snapshot, run, at, evaluation=ev)
+        if plan.need <= 0:
+            continue
+        first = plan.reasons[0] if plan.reasons else None
+        rows.append(PendingRow("Run", run.metadata.namespace, run.metadata.name, 0, plan.need, None, plan.flavor,
+                               rfc3339(run.metadata.creation_timestamp), "jobtree",
+                               first.code if first else "Startable",
+                               first.message if first else "can start now: the reconciler starts it on its next pass"))
+    for row in pending_pod_rows(pods, snapshot.nodes):
+        rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
+                               row.waiting_since, row.admitted_by, row.reason, row.message))
+    if namespace is not None:
+        rows = [r for r in rows if r.namespace == namespace]
+    if flavor is not None:
+        flavored = {n.metadata.name for n in snapshot.nodes if n.flavor == flavor}
+        keep = {(r.namespace, r.kind, r.name) for r in rows if r.flavor == flavor}
+        keep |= {(w.namespace, w.kind, w.name) for p in pods if is_pending_gpu_pod(p)
+                 for w in [workload_of(p)] if _may_use(p, flavored, snapshot.nodes)}
+        rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
+    rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
+    return PendingReport(rfc3339(at), headline(snapshot, ev.open), rows, _reason_counts(rows))
+
+
+def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
+    """A node of the flavor offers the pod's GPU resource and passes the filters before resources (cordon,
+    taints, selector and affinity)."""
+    resource = (pod.spec.gpu_request() or ("", 0))[0]
+    for node in nodes:
+        if node.metadata.name in flavored:
+            one = fit(pod.spec, node)
+            if one.filter in ("", "NodeResourcesFit") and one.allocatable.get(resource, 0) > 0:
+                return True
+    return False
+
+
+def headline(snapshot, open_leases) -> GPUHeadline:
+    leased: Counter[str] = Counter()
+    for lease in open_leases:
+        for slot in lease.spec.slice.slots:
+            leased[slot.partition("#")[0]] += 1
+    use = node_use(snapshot.pods.pods)
+    pending_sizes = [p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)]
+    smallest = min(pending_sizes) if pending_sizes else None
+    total = by_leases = by_pods = free = large = 0
+    for node in snapshot.nodes:
+        name = node.metadata.name
+        gpus = node.gpus
+        pod_gpus = sum(amount for resource, amount in (use[name].requested.items() if name in use else ())
+                       if resource in ("nvidia.com/gpu", "amd.com/gpu"))
+        held = max(leased[name], pod_gpus)
+        total += gpus
+        by_leases += min(leased[name], gpus)
+        by_pods += max(0, min(held, gpus) - min(leased[name], gpus))
+        left = max(0, gpus - held)
+        free += left
+        if smallest is not None and left >= smallest:
+            large += left
+    return GPUHeadline(total, by_leases, by_pods, free, large, smallest)
+
+
+def _reason_counts(rows: list[PendingRow]) -> list[ReasonCount]:
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        entry = counts.setdefault(row.reason, [0, 0])
+        entry[0] += 1
+        entry[1] += row.gpus
+    return [ReasonCount(reason, n, gpus) for reason, (n, gpus) in
+            sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0]))]

@@ -24,6 +24,7 @@ class Source:
     chunk_size: int | None = None  # objects per list page (kubectl's --chunk-size)
     fallback_namespace: str | None = None  # read this namespace alone when listing every namespace is forbidden
     queues: bool = False  # list Nodes and the Kueue and Kaiwo objects (where their CRDs are installed) instead
+    pods: bool = False  # live: also list Pods (`pending`); the jobtree.dev and Kueue kinds are then optional
     lean: bool = False  # snapshot files: Workloads as WorkloadHead where the JSON fast path reads them (files.py)
 
     @property

@@ -77,6 +77,7 @@ RESOURCES = (
     Resource("GPULease", "gpuleases", CRD_API, namespaced=True),
 )
 EVENTS = Resource("Event", "events", "v1", namespaced=True)
+PODS = Resource("Pod", "pods", "v1", namespaced=True)
 # Kueue and Kaiwo (kubectl_runs.kueue): listed for the queue reports and `snapshot save`. Where a CRD is not
 # installed (404) there are simply no objects of that kind.
 QUEUE_RESOURCES = (
@@ -367,6 +368,8 @@ def load_cluster(source: Source) -> Snapshot:
     collector = _Collector()
     # The queue reports read Nodes and Kueue's/Kaiwo's kinds only: a Kueue cluster needs no jobtree.dev CRDs.
     resources = (RESOURCES[0], *QUEUE_RESOURCES) if source.queues else RESOURCES
+    if source.pods:  # `pending`: every GPU consumer, whatever admits it; a cluster may have none of the CRDs
+        resources = (*RESOURCES, *QUEUE_RESOURCES, PODS)
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)
@@ -387,7 +390,7 @@ def readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: 
     try:
         return list(cluster.pages(resource, source.namespace))
     except NotFound:
-        if resource in QUEUE_RESOURCES:
+        if resource in QUEUE_RESOURCES or (source.pods and resource.kind != "Node"):
             cluster.missing.add(resource)
             return []
         raise

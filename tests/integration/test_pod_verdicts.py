@@ -10,7 +10,7 @@ import json
 
 import msgspec
 import pytest
-from reconciler_harness import control_plane
+from reconciler_harness import control_plane, run_plugin_json
 from scheduler_harness import (
     failed_scheduling,
     gpu_node,
@@ -95,6 +95,15 @@ def test_our_node_counts_per_reason_are_the_schedulers(planted, name):
 @pytest.mark.parametrize("name", sorted(PENDING))
 def test_one_reason_code_per_pod(planted, name):
     assert reason(*_pod_and_fits(planted, name)).code == PENDING[name][2]
+
+
+def test_pending_live_lists_each_pending_pod_with_its_reason(planted):
+    """`kubectl runs pending` against the API server (a separate process, the admin's kubeconfig): one row per
+    planted pending pod, the same reason as above, and the holders' GPUs in the headline."""
+    report = run_plugin_json(planted, "pending", "-o", "json")
+    rows = {r["name"]: (r["kind"], r["reason"], r["admittedBy"]) for r in report["rows"]}
+    assert rows == {name: ("Pod", code, "kube-scheduler") for name, (_g, _m, code) in PENDING.items()}
+    assert report["gpus"]["total"] == 40 and report["gpus"]["heldByPodsOutsideLeases"] == 6
 
 
 def test_fragmentation_is_seen_node_by_node(planted):

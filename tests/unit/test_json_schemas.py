@@ -25,7 +25,8 @@ REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "
            "queues-usage", "explain-workload",  # these two: tests/unit/test_kueue_explain.py
            "leases-archive", "leases-archive-verify",  # these two: tests/unit/test_cli_archive.py
            "leases-audit-every",  # tests/unit/test_audit_periods.py
-           "leases-audit-hours")
+           "leases-audit-hours",
+           "pending")  # tests/unit/test_schemas.py and test_pending_command.py
 
 
 @cache

@@ -62,7 +62,7 @@ def _reports(path: str, scratch: Path) -> list[tuple[str, list[str]]]:
     items = _items(path)
     runs = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items if i["kind"] == "Run"][:40]
     out = [("budgets-usage", ["budgets", "usage"]), ("seeds-verify", ["seeds", "verify", "-A"]),
-           ("queues-usage", ["queues", "usage"])]
+           ("queues-usage", ["queues", "usage"]), ("pending", ["pending"])]
     for by in (["owner"], ["envelope", "run"], ["node", "flavor"]):
         out.append(("leases-audit", ["leases", "audit", *(x for b in by for x in ("--by", b))]))
     out.append(("leases-audit-hours", ["leases", "audit", "--hours-only", "--by", "node", "--by", "owner"]))

@@ -132,12 +132,15 @@ class Evaluation(engine_evaluation.Evaluation):
     closed leases too; a plan reads the same headroom and classes from it) and each run's plan, computed once
     for the Run and its Reservation."""
 
-    def __init__(self, snapshot: Snapshot, at: datetime):
+    def __init__(self, snapshot: Snapshot, at: datetime, books: Any = None):
         super().__init__(snapshot, at)
         self.budgets = {(b.metadata.namespace, b.metadata.name): b for b in snapshot.budgets}
         self._plans: dict[str, Plan] = {}
+        self._books = books  # reconciler/books.py's Books: the ledger without funding unchanged envelopes again
 
     def make_book(self) -> Ledger:
+        if self._books is not None:
+            return self._books.ledger(self.snapshot, self.at)
         return ledger(self.snapshot, self.at)
 
     def plan(self, run: Run) -> Plan:

@@ -136,11 +136,11 @@ class Evaluation(engine_evaluation.Evaluation):
         super().__init__(snapshot, at)
         self.budgets = {(b.metadata.namespace, b.metadata.name): b for b in snapshot.budgets}
         self._plans: dict[str, Plan] = {}
-        self._books = books  # reconciler/books.py's Books: the ledger without funding unchanged envelopes again
+        if books is not None:  # reconciler/books.py: unchanged envelopes not funded again, unchanged values kept
+            self._book = books.ledger(snapshot, at)
+            books.carry(self)
 
     def make_book(self) -> Ledger:
-        if self._books is not None:
-            return self._books.ledger(self.snapshot, self.at)
         return ledger(self.snapshot, self.at)
 
     def plan(self, run: Run) -> Plan:

@@ -4,7 +4,8 @@ After random upserts and deletes of every kind (Nodes, Budgets, Runs, Reservatio
 refuses), with the clock moving across an envelope's end: the cache's incrementally built view (only the kinds
 that changed, the snapshot's indexes carried over) equals a fresh cache's of the same objects; the ledger of
 reconciler/books.py (funding again only the envelopes whose inputs changed) equals ``accounting.ledger``; and the
-status writes of every object from an Evaluation with those books equal those from a fresh Evaluation."""
+status writes of every object from an Evaluation with those books (which takes the previous batch's values
+computed from the nodes and open leases when those did not change) equal those from a fresh Evaluation."""
 
 from __future__ import annotations
 
@@ -160,6 +161,7 @@ def test_the_incremental_view_ledger_and_status_equal_a_full_rebuild(seed):
     books = Books()
     at = NOW
     refunded = []
+    moved = 0
     for step in range(40):
         for _ in range(rng.choice([0, 1, 1, 2, 3])):
             kind, o, deleted = fleet.mutate(at)
@@ -178,13 +180,17 @@ def test_the_incremental_view_ledger_and_status_equal_a_full_rebuild(seed):
         for name in INDEXES:
             assert getattr(snapshot, name) == getattr(want_snapshot, name), (step, name)
         assert (stored, bad) == (want_stored, want_bad), f"step {step}"
+        before = books.moved
         kept = books.ledger(snapshot, at)
         refunded.append(books.refunded)
+        moved += books.moved - before
         assert kept == ledger(snapshot, at), f"step {step}"
         assert status_writes(snapshot, at, stored, None, bad, Evaluation(snapshot, at, books)) == \
             status_writes(snapshot, at, stored, None, bad), f"step {step}"
     envelopes = len(snapshot.envelopes_by_key)
     assert min(refunded) < envelopes  # the books did keep envelopes: the comparison above meant something
+    assert books.carried > 0  # and Evaluations did take the previous one's values
+    assert moved > 0  # and ledgers were the previous one moved to a later instant (compared with ledger())
 
 
 def test_a_lease_changed_in_place_is_funded_again():
@@ -206,3 +212,25 @@ def test_a_lease_changed_in_place_is_funded_again():
     snapshot = cache.view()[0]
     assert books.ledger(snapshot, NOW) == ledger(snapshot, NOW)
     assert 0 < books.refunded < len(snapshot.envelopes_by_key)
+
+
+def test_the_clock_alone_moves_the_ledger_to_the_second():
+    """Nothing changed but the clock: the ledger is the previous one moved (an envelope whose window holds the
+    instant consumes its open slots, one whose window ended does not), equal to ``accounting.ledger``; an
+    instant at which a lease opens is not crossed."""
+    fleet = Fleet(random.Random(0))
+    for o in small_fleet():
+        fleet.put(o)
+    fleet.put(scale_fleet.lease("late", "team1", "b01-r00", 0, ["n001-039#7"], NOW + timedelta(seconds=100)))
+    for envelope in ("a", "b"):
+        item = scale_fleet.lease(f"on-{envelope}", "team1", "b01-r00", 1, ["n001-038#7"], NOW - timedelta(hours=1))
+        item["spec"]["paidBy"] = {"budget": "capped", "envelope": envelope}
+        fleet.put(item)
+    snapshot = fresh_view(fleet)[0]
+    books = Books()
+    for seconds in (61, 62, 70, 99, 100, 101):  # "a" ended at +60; "late" opens at +100
+        at = NOW + timedelta(seconds=seconds)
+        before = books.moved
+        assert books.ledger(snapshot, at) == ledger(snapshot, at), seconds
+        assert books.moved - before == (seconds not in (61, 100)), seconds
+    assert books.ledger(snapshot, at + timedelta(microseconds=5)) == ledger(snapshot, at + timedelta(microseconds=5))

@@ -14,6 +14,7 @@ immutable Snapshot the pure code evaluates (cached until something changes)."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 import time
@@ -121,10 +122,62 @@ def _newer(a: str, b: str) -> bool:
 Change = Callable[[str, "Entry | None", "Entry | None"], None]  # (kind, old, new)
 
 
+_SNAPSHOT_FIELDS = {"Node": "nodes", "Budget": "budgets", "Run": "runs", "Reservation": "reservations",
+                    "GPULease": "leases"}
+# Snapshot's indexes (cached properties) and the kinds they read: carried to the next snapshot when those kinds
+# did not change (the same tuples)
+_INDEXES = {"nodes_by_name": ("Node",), "runs_by_key": ("Run",), "reservations_by_key": ("Reservation",),
+            "leases_by_key": ("GPULease",), "leases_by_run": ("GPULease",), "envelopes_by_key": ("Budget",)}
+
+
+class _Kind:
+    """One kind's objects: by key, in (namespace, name) order, and the part of the view built from them."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.entries: dict[str, Entry] = {}
+        self.order: list[tuple[str, str, str]] = []  # (namespace, name, key), sorted
+        self.records: tuple = ()
+        self.stored: dict[ObjKey, Stored] = {}
+        self.bad: dict[ObjKey, BadObject] = {}
+        self.dirty = True
+
+    def put(self, entry: Entry) -> Entry | None:
+        old = self.entries.get(entry.key)
+        self.entries[entry.key] = entry
+        if old is None:
+            bisect.insort(self.order, (entry.namespace, entry.name, entry.key))
+        self.dirty = True
+        return old
+
+    def pop(self, key: str) -> Entry | None:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            at = bisect.bisect_left(self.order, (old.namespace, old.name, key))
+            del self.order[at]
+            self.dirty = True
+        return old
+
+    def reset(self, entries: dict[str, Entry]) -> None:
+        self.entries = entries
+        self.order = sorted((e.namespace, e.name, key) for key, e in entries.items())
+        self.dirty = True
+
+    def build(self) -> None:
+        """The records (model order), stored statuses and refused objects of this kind, again."""
+        kind, entries = self.kind, self.entries
+        ordered = [entries[key] for _ns, _name, key in self.order]
+        self.records = tuple(e.record for e in ordered if e.bad is None)
+        self.bad = {(kind, e.namespace, e.name): e.bad for e in ordered if e.bad is not None}
+        self.stored = {(kind, e.namespace, e.name): Stored(status=e.status) for e in ordered
+                       if e.bad is None and e.status is not None}
+        self.dirty = False
+
+
 class Cache:
     def __init__(self, on_change: Change | None = None):
         self._lock = threading.RLock()
-        self._stores: dict[str, dict[str, Entry]] = {r.kind: {} for r in RESOURCES}
+        self._kinds: dict[str, _Kind] = {r.kind: _Kind(r.kind) for r in RESOURCES}
         self._version = 0
         self._built: tuple[int, Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]] | None = None
         self.synced = {r.kind: threading.Event() for r in RESOURCES}
@@ -139,7 +192,7 @@ class Cache:
         An object the cache already holds at a newer version (written by us since) keeps that version."""
         changes = []
         with self._lock:
-            store = self._stores[kind]
+            store = self._kinds[kind].entries
             fresh: dict[str, Entry] = {}
             for entry in entries:
                 old = store.get(entry.key)
@@ -149,7 +202,10 @@ class Cache:
                 if old is None or old.resource_version != entry.resource_version:
                     changes.append((old, entry))
             changes += [(old, None) for key, old in store.items() if key not in fresh]
-            self._stores[kind] = fresh
+            if changes:
+                self._kinds[kind].reset(fresh)
+            else:
+                self._kinds[kind].entries = fresh  # the same objects: the view stands
             if changes:
                 self._version += 1
         self.synced[kind].set()
@@ -160,13 +216,13 @@ class Cache:
         """An object added or modified (a watch event, or the answer to our own write with ``notify=False``).
         An older version than the one held is ignored. True when the store changed."""
         with self._lock:
-            store = self._stores[entry.kind]
-            old = store.get(entry.key)
+            held = self._kinds[entry.kind]
+            old = held.entries.get(entry.key)
             if old is not None and (
                 old.resource_version == entry.resource_version or _newer(entry.resource_version, old.resource_version)
             ):
                 return False
-            store[entry.key] = entry
+            held.put(entry)
             self._version += 1
         if notify:
             self._notify(entry.kind, old, entry)
@@ -174,7 +230,7 @@ class Cache:
 
     def delete(self, kind: str, key: str) -> None:
         with self._lock:
-            old = self._stores[kind].pop(key, None)
+            old = self._kinds[kind].pop(key)
             if old is None:
                 return
             self._version += 1
@@ -182,53 +238,44 @@ class Cache:
 
     def get(self, kind: str, key: str) -> Entry | None:
         with self._lock:
-            return self._stores[kind].get(key)
+            return self._kinds[kind].entries.get(key)
 
     def entries(self, kind: str) -> list[Entry]:
         with self._lock:
-            return list(self._stores[kind].values())
+            return list(self._kinds[kind].entries.values())
 
     def all_synced(self) -> bool:
         return all(event.is_set() for event in self.synced.values())
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {kind: len(store) for kind, store in self._stores.items()}
+            return {kind: len(held.entries) for kind, held in self._kinds.items()}
 
     def view(self) -> tuple[Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]]:
         """The current objects as an immutable Snapshot (objects in (namespace, name) order), the stored status
-        of each object the reconciler writes to, and the objects the model refuses. Rebuilt only after a
-        change."""
+        of each object the reconciler writes to, and the objects the model refuses. Built again only after a
+        change, and then only the kinds that changed (the others keep their tuples, and the snapshot's indexes
+        of them): a batch's view costs what changed since the last one, not the fleet."""
         with self._lock:
             if self._built is not None and self._built[0] == self._version:
                 return self._built[1], self._built[2], self._built[3]
-            version = self._version
-            stores = {kind: list(store.values()) for kind, store in self._stores.items()}
-        records: dict[str, list] = {}
-        stored: dict[ObjKey, Stored] = {}
-        bad: dict[ObjKey, BadObject] = {}
-        for kind, entries in stores.items():
-            entries.sort(key=lambda e: (e.namespace, e.name))
-            good = []
-            for entry in entries:
-                if entry.bad is not None:
-                    bad[(kind, entry.namespace, entry.name)] = entry.bad
-                    continue
-                good.append(entry.record)
-                if entry.status is not None:
-                    stored[(kind, entry.namespace, entry.name)] = Stored(status=entry.status)
-            records[kind] = good
-        snapshot = Snapshot(
-            nodes=tuple(records["Node"]),
-            budgets=tuple(records["Budget"]),
-            runs=tuple(records["Run"]),
-            reservations=tuple(records["Reservation"]),
-            leases=tuple(records["GPULease"]),
-        )
-        with self._lock:
-            if self._version == version:
-                self._built = (version, snapshot, stored, bad)
-        return snapshot, stored, bad
+            changed = {kind for kind, held in self._kinds.items() if held.dirty}
+            for kind in changed:
+                self._kinds[kind].build()
+            kinds = self._kinds
+            snapshot = Snapshot(**{field: kinds[kind].records for kind, field in _SNAPSHOT_FIELDS.items()})
+            if self._built is not None:
+                before = self._built[1]
+                for name, reads in _INDEXES.items():
+                    if name in before.__dict__ and not changed.intersection(reads):
+                        snapshot.__dict__[name] = before.__dict__[name]
+            stored: dict[ObjKey, Stored] = {}
+            bad: dict[ObjKey, BadObject] = {}
+            for held in kinds.values():
+                stored.update(held.stored)
+                bad.update(held.bad)
+            self._built = (self._version, snapshot, stored, bad)
+            return snapshot, stored, bad
 
 
 # --- talking to the API server -----------------------------------------------------------------------------

@@ -41,10 +41,22 @@ from ..model import Reservation, Run, Snapshot
 from ..timeutil import now_utc
 from .actions import AnyWrite, Create, PatchStatus, RecordEvent
 from .apply import EXISTS, GONE, OK, Applier, Outcome
+from .books import Books
 from .cache import Cache, Entry, Informer, wait_synced
 from .events import ledger_events
+from .keys import (  # noqa: F401  (changed_keys, expand and the keys: imported from here too)
+    ALL,
+    ALL_KEY,
+    FLAVOR,
+    GROUP_KINDS,
+    NAMESPACE,
+    RUN_OTHERS,
+    RUN_RESERVATIONS,
+    changed_keys,
+    expand,
+)
 from .ledger import apply_writes
-from .queue import WorkQueue
+from .queue import WorkQueue, batch_limit
 from .status import (
     BUDGET,
     STATUS_KINDS,
@@ -58,12 +70,7 @@ from .status import (
 )
 from .throttle import StatusThrottle
 
-FLAVOR, NAMESPACE, ALL = "Flavor", "Namespace", "All"
-RUN_OTHERS = "RunOthers"  # (RUN_OTHERS, "ns/name", flavor): the flavor's runs, if this run holds leases
-RUN_RESERVATIONS = "RunReservations"  # (RUN_RESERVATIONS, ns, name): the Reservations of that run
-GROUP_KINDS = (FLAVOR, NAMESPACE, ALL, RUN_OTHERS, RUN_RESERVATIONS)
-BATCH_LIMIT = 64  # objects evaluated per batch: a resync of thousands never holds back a change for long
-ALL_KEY: ObjKey = (ALL, "", "")
+BATCH_LIMIT = 64  # objects evaluated per batch when the queue is short: a resync never holds back a change long
 WRITERS = 4  # status writes in flight at once (independent objects)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
@@ -116,114 +123,6 @@ class NullMetrics:
     def set_ready(self, ready: bool) -> None: ...
 
 
-# --- which keys a change touches ---------------------------------------------------------------------------
-
-
-def _same_spec(old: Entry | None, new: Entry | None) -> bool:
-    if old is None or new is None or old.record is None or new.record is None:
-        return False
-    return old.record.spec == new.record.spec
-
-
-def _flavors(entry: Entry | None) -> set[str]:
-    record = entry.record if entry is not None else None
-    if record is None:
-        return set()
-    kind = entry.kind
-    if kind == "Budget":
-        return {e.flavor for e in record.spec.envelopes}
-    if kind == "Run":
-        return {record.spec.resources.gpu_type}
-    if kind == "Reservation":
-        return {record.spec.scope.flavor}
-    if kind == "GPULease":
-        return {record.spec.flavor}
-    if kind == "Node":
-        return {record.flavor} if record.flavor else set()
-    return set()
-
-
-def changed_keys(kind: str, old: Entry | None, new: Entry | None) -> set[ObjKey]:
-    """The keys to look at again after ``kind`` changed from ``old`` to ``new`` (None: absent)."""
-    keys: set[ObjKey] = set()
-    entries = [e for e in (old, new) if e is not None]
-    for entry in entries:
-        if entry.bad is not None and entry is new:
-            keys.add((kind, entry.namespace, entry.name))  # its Event (and condition) only
-    flavors = _flavors(old) | _flavors(new)
-    if kind == "Budget":
-        for entry in entries:
-            keys.add(("Budget", entry.namespace, entry.name))
-        if not _same_spec(old, new):
-            keys |= {(NAMESPACE, "", e.namespace) for e in entries}
-            keys |= {(FLAVOR, "", f) for f in flavors}
-    elif kind == "Run":
-        for entry in entries:
-            keys.add(("Run", entry.namespace, entry.name))
-        keys.add((RUN_RESERVATIONS, (new or old).namespace, (new or old).name))
-        if not _own_echo(old, new):
-            keys |= {(RUN_OTHERS, (new or old).key, f) for f in flavors}
-    elif kind == "Reservation":
-        for entry in entries:
-            keys.add(("Reservation", entry.namespace, entry.name))
-            if entry.record is not None:
-                ref = entry.record.spec.run_ref
-                keys.add(("Run", ref.namespace, ref.name))
-    elif kind == "GPULease":
-        for entry in entries:
-            lease = entry.record
-            if lease is None:
-                continue
-            payer = lease.payer
-            if payer is not None:
-                keys.add(("Budget", payer[0], payer[1]))
-            keys.add(("Run", lease.spec.run_ref.namespace, lease.spec.run_ref.name))
-        keys |= {(FLAVOR, "", f) for f in flavors}
-    elif kind == "Node" and (old is None or new is None or old.record is None or old.record != new.record):
-        # Node records carry no resourceVersion: equal records mean nothing the engine reads changed.
-        keys |= {(FLAVOR, "", f) for f in flavors}
-    return keys
-
-
-def _own_echo(old: Entry | None, new: Entry | None) -> bool:
-    """Only the status keys the core reconciler writes changed (our own write coming back, or a twin's)."""
-    if not _same_spec(old, new):
-        return False
-    a, b = old.record, new.record
-    return (a.status.eta == b.status.eta and a.status.preemptions == b.status.preemptions
-            and a.finished == b.finished and a.metadata.deletion_timestamp == b.metadata.deletion_timestamp)
-
-
-def expand(keys: Iterable[ObjKey], snapshot: Snapshot, bad: dict[ObjKey, BadObject]) -> tuple[set[ObjKey], bool]:
-    """Object keys for a batch of keys (groups expanded from ``snapshot``); True when ``All`` was among them."""
-    out: set[ObjKey] = set()
-    everything = False
-    for key in keys:
-        kind, a, b = key
-        if kind == ALL:
-            everything = True
-        elif kind == FLAVOR:
-            out |= {("Run", r.metadata.namespace, r.metadata.name) for r in snapshot.runs
-                    if r.spec.resources.gpu_type == b}
-            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
-                    if r.spec.scope.flavor == b}
-        elif kind == NAMESPACE:
-            out |= {("Run", r.metadata.namespace, r.metadata.name) for r in snapshot.runs if r.metadata.namespace == b}
-            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
-                    if r.metadata.namespace == b}
-        elif kind == RUN_OTHERS:
-            if snapshot.leases_by_run.get(a):
-                out |= expand([(FLAVOR, "", b)], snapshot, bad)[0]
-        elif kind == RUN_RESERVATIONS:
-            out |= {("Reservation", r.metadata.namespace, r.metadata.name) for r in snapshot.reservations
-                    if r.spec.run_ref.namespace == a and r.spec.run_ref.name == b}
-        else:
-            out.add(key)
-    if everything:
-        out = set(all_keys(snapshot)) | set(bad)
-    return out, everything
-
-
 # --- the reconciler ---------------------------------------------------------------------------------------
 
 
@@ -270,10 +169,14 @@ class Reconciler:
         # the last compute(): (snapshot before the ledger's writes, those writes, the Evaluation of the snapshot
         # after them), from which the fleet gauges are recomputed once the batch is written
         self._evaluated: tuple[Snapshot, list[AnyWrite], Evaluation] | None = None
+        self.books = Books()  # each batch's ledger, funding again only the envelopes that changed
+        self._listening = False  # until every kind is listed, changes queue nothing: ALL follows the sync
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
     def _on_change(self, kind: str, old: Entry | None, new: Entry | None) -> None:
+        if not self._listening:
+            return
         keys = changed_keys(kind, old, new)
         # The objects the event names first; the groups (a flavor, a namespace) are expanded into the tail.
         self.queue.add_all((k for k in keys if k[0] not in GROUP_KINDS), priority=True)
@@ -301,7 +204,7 @@ class Reconciler:
         objects = set(all_keys(snapshot)) | set(bad) if keys is None else expand(keys, snapshot, bad)[0]
         ledger_writes: list[AnyWrite] = []
         if evaluation is None or evaluation.snapshot is not snapshot or evaluation.at != at:
-            evaluation = Evaluation(snapshot, at)
+            evaluation = Evaluation(snapshot, at, self.books)
         before = snapshot
         if self.ledger is not None and self.settings.manage_leases:
             try:
@@ -312,7 +215,7 @@ class Reconciler:
             # status describes the fleet after this pass's own lease writes, not before them (the writes that
             # fail are computed again by the next pass, and the status with them)
             snapshot = apply_writes(snapshot, ledger_writes)
-            evaluation = Evaluation(snapshot, at)
+            evaluation = Evaluation(snapshot, at, self.books)
         writes = self._status(snapshot, at, stored, objects, bad, evaluation)
         self._schedule_wake_up(snapshot, at)
         self._evaluated = (before, ledger_writes, evaluation)
@@ -496,7 +399,7 @@ class Reconciler:
                     return
         view = self.cache.view()
         snapshot, stored, bad = view
-        evaluation = Evaluation(snapshot, at)
+        evaluation = Evaluation(snapshot, at, self.books)
         outcomes: list[Outcome] = []
         budgets = {k for k in objects if k[0] == BUDGET and k not in bad}
         if budgets and len(budgets) < len(objects):
@@ -539,6 +442,7 @@ class Reconciler:
             if failed:
                 raise UserError(f"{failed} (gave up after {ONCE_LIST_ATTEMPTS} tries)")
             return False
+        self._listening = True  # the keys of what changes from now on (everything is looked at once first)
         self.log("synced", **{k: v for k, v in self.cache.counts().items()})
         return True
 
@@ -593,7 +497,7 @@ class Reconciler:
                         next_resync = time.monotonic() + self.settings.resync_period
                     continue
             wait = max(0.0, min(1.0, next_resync - time.monotonic()))
-            batch = self.queue.get_batch(timeout=wait, limit=BATCH_LIMIT)
+            batch = self.queue.get_batch(timeout=wait, limit=batch_limit(self.queue.depth(), BATCH_LIMIT))
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + self.settings.resync_period
                 self.resyncs += 1

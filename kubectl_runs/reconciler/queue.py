@@ -155,3 +155,14 @@ class WorkQueue:
         with self._cond:
             self._shutdown = True
             self._cond.notify_all()
+
+
+BATCH_CAP = 512  # at most this many per batch: ~10 s of status writes at the default --kube-api-qps 50
+
+
+def batch_limit(depth: int, base: int) -> int:
+    """How many keys to take: ``base`` while the queue is short; when it is deep (a start-up or a resync of
+    thousands) an eighth of it, up to BATCH_CAP, so the per-batch cost (a view, the ledger, the shared evaluation)
+    is paid once per hundreds of objects instead of once per ``base``. Priority keys (what an event named) are
+    still taken first, so a change waits at most one batch."""
+    return max(base, min(BATCH_CAP, depth // 8))

@@ -132,10 +132,13 @@ class Evaluation(engine_evaluation.Evaluation):
     closed leases too; a plan reads the same headroom and classes from it) and each run's plan, computed once
     for the Run and its Reservation."""
 
-    def __init__(self, snapshot: Snapshot, at: datetime):
+    def __init__(self, snapshot: Snapshot, at: datetime, books: Any = None):
         super().__init__(snapshot, at)
         self.budgets = {(b.metadata.namespace, b.metadata.name): b for b in snapshot.budgets}
         self._plans: dict[str, Plan] = {}
+        if books is not None:  # reconciler/books.py: unchanged envelopes not funded again, unchanged values kept
+            self._book = books.ledger(snapshot, at)
+            books.carry(self)
 
     def make_book(self) -> Ledger:
         return ledger(self.snapshot, self.at)

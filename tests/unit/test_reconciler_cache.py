@@ -238,3 +238,23 @@ def test_the_batch_that_expands_a_resync_is_observed_like_any_other():
         assert sorted(rec.queue.get_batch(timeout=0)) == [("Run", "team", "a"), ("Run", "team", "b")]
     finally:
         rec.shutdown()
+
+
+def test_the_first_lists_queue_no_keys_the_changes_after_the_sync_do():
+    """Until every kind is listed, a change queues nothing (the `All` key after the sync looks at everything:
+    issue 27's 21,467 start-up keys at 10,000 runs); once listening, a change queues its keys."""
+    import io
+
+    from kubectl_runs.reconciler.loop import Logger, Reconciler, Settings
+
+    rec = Reconciler(lambda: None, Settings(), log=Logger(io.StringIO()))
+    try:
+        for kind in ("Node", "Budget", "Reservation", "GPULease"):
+            rec.cache.replace(kind, [])
+        rec.cache.replace("Run", [decode_entry("Run", run_json("a", "1")), decode_entry("Run", run_json("b", "2"))])
+        assert rec.queue.depth() == 0
+        rec._listening = True  # what sync() sets once every kind is listed
+        rec.cache.upsert(decode_entry("Run", run_json("a", "3", gpus=4)))
+        assert ("Run", "team", "a") in rec.queue.get_batch(timeout=1)
+    finally:
+        rec.shutdown()

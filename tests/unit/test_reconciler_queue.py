@@ -90,3 +90,11 @@ def test_keys_an_event_named_go_before_the_tail_and_alone():
     q.done(["tail-0", "tail-1"])
     assert q.get_batch(timeout=0, limit=10) == ["tail-1"]
     assert q.get_batch(timeout=0, limit=10) == ["tail-2", "tail-4", "tail-0"]
+
+
+def test_a_deep_queue_gives_bigger_batches_up_to_the_cap():
+    from kubectl_runs.reconciler.queue import BATCH_CAP, batch_limit
+
+    assert batch_limit(0, 64) == batch_limit(64, 64) == batch_limit(512, 64) == 64  # a short queue: the base
+    assert batch_limit(2000, 64) == 250  # an eighth of a deep one
+    assert batch_limit(10_100, 64) == batch_limit(200_000, 64) == BATCH_CAP == 512  # never more than the cap

@@ -154,6 +154,9 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                rfc3339(run.metadata.creation_timestamp), "jobtree",
                                first.code if first else "Startable",
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
+    rows += workload_rows(snapshot)
+    admitted_by_kueue = {o.uid for w in snapshot.queues.workloads for o in w.metadata.owner_references if o.uid}
+    pods = [p for p in pods if p.metadata.uid not in admitted_by_kueue]  # counted in their Workload's row
     for row in pending_pod_rows(pods, snapshot.nodes):
         rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                                row.waiting_since, row.admitted_by, row.reason, row.message))
@@ -167,6 +170,41 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
     return PendingReport(rfc3339(at), headline(snapshot, ev.open), rows, _reason_counts(rows))
+
+
+def workload_rows(snapshot) -> list[PendingRow]:
+    """Kueue's pending Workloads that ask for GPUs: the GPUs and pods of their pod sets, and why they wait as
+    ``explain workload`` says it — ``NeverAdmitted`` (beyond the ClusterQueue's maximum capacity in every flavor
+    it could use), ``InsufficientQuota`` (short of quota after borrowing), ``NoFlavor`` (no flavor it may use),
+    else ``Queued`` (it waits its turn)."""
+    from ..kueue.explain import explain_workload
+    from ..kueue.model import PodSetsError
+
+    rows = []
+    for workload in snapshot.queues.workloads:
+        if workload.finished or workload.admitted or workload.quota_reserved or not workload.spec.active:
+            continue
+        try:
+            why = explain_workload(snapshot, workload)
+        except PodSetsError:
+            continue  # `explain workload` names the bad field
+        gpus = sum(view.count * sum(view.per_pod.values()) for view in why.pod_sets)
+        if gpus <= 0:
+            continue
+        if why.never_admitted:
+            code = "NeverAdmitted"
+        elif why.shortfalls:
+            code = "InsufficientQuota"
+        elif why.flavors and all(f.verdict == "Excluded" for f in why.flavors):
+            code = "NoFlavor"
+        else:
+            code = "Queued"
+        resources = {r for view in why.pod_sets for r, n in view.per_pod.items() if n}
+        rows.append(PendingRow("Workload", workload.namespace, workload.name, sum(v.count for v in why.pod_sets),
+                               gpus, next(iter(resources)) if len(resources) == 1 else None, None,
+                               rfc3339(workload.metadata.creation_timestamp), "Kueue", code,
+                               why.assignment_message or why.kueue_message))
+    return rows
 
 
 def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:

@@ -109,6 +109,19 @@ def test_pending_live_lists_each_pending_pod_with_its_reason(planted):
     assert report["gpus"]["total"] == 40 and report["gpus"]["heldByPodsOutsideLeases"] == 6
 
 
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_explain_pod_live_agrees_with_the_scheduler(planted, name):
+    """`kubectl runs explain pod` live: the scheduler's own message (from its FailedScheduling Event), our counts
+    equal to its counts, the same reason code; for the fragmented pod, a remedy naming a pod that holds GPUs."""
+    report = run_plugin_json(planted, "explain", "pod", f"{NS}/{name}", "-o", "json")
+    assert report["scheduler"]["message"] == failed_scheduling(planted, NS, name)
+    assert report["agrees"] is True, report["reasons"]
+    assert report["reason"] == PENDING[name][2]
+    if name == "fragmented":
+        remedy = next(r["message"] for r in report["remedies"] if r["kind"] == "FreeGPUs")
+        assert "held by research/hold-a" in remedy
+
+
 def test_a_saved_snapshot_gives_the_same_pending_report(planted, tmp_path):
     """`snapshot save` keeps the GPU pods (lean), their FailedScheduling Events, and nothing else of the pods;
     `pending` on the file equals `pending` live at the same instant."""

@@ -126,4 +126,23 @@ class ExplainPodOptions(Command):
         from ..views.pod import pod_document
 
         pod = self.opts.find("pod", self.name, {p.key: p for p in snapshot.pods.pods})
-        return pod_document(explain_pod(snapshot, pod))
+        events = ()
+        if not self.opts.snapshots:  # live: the pod's FailedScheduling Events (a snapshot holds its own)
+            events = _scheduling_events(self.opts, pod)
+        return pod_document(explain_pod(snapshot, pod, events))
+
+
+def _scheduling_events(opts, pod) -> tuple:
+    import msgspec
+
+    from ..pods.model import Event
+    from ..sources.cluster import recent_events
+
+    meta = pod.metadata
+    found = recent_events(opts.source(meta.namespace), meta.namespace, "Pod", meta.name, uid=meta.uid)
+    return tuple(msgspec.convert({
+        "kind": "Event", "metadata": {"name": f"{meta.name}.{i}", "namespace": meta.namespace},
+        "involvedObject": {"kind": "Pod", "name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
+        "reason": e["reason"], "message": e["message"], "count": e["count"],
+        "lastTimestamp": e["at"] if e["at"].endswith("Z") else None}, Event)
+        for i, e in enumerate(found) if e["reason"] == "FailedScheduling")

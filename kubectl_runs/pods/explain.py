@@ -11,7 +11,7 @@ from ..engine.reports import Value
 from ..model import Snapshot
 from ..timeutil import rfc3339
 from .fit import AFFINITY, NodeFit, fit, fleet_fit, histogram, node_use, verdict
-from .model import Pod
+from .model import Event, Pod
 from .owners import workload_of
 from .reasons import reason
 from .verdict import scheduler_verdict
@@ -75,13 +75,14 @@ class ExplainPodReport(Value):
     remedies: list[PodRemedy]
 
 
-def explain_pod(snapshot: Snapshot, pod: Pod) -> ExplainPodReport:
+def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) -> ExplainPodReport:
+    """``events``: the pod's Events read live (a snapshot's own are used too)."""
     others = [p for p in snapshot.pods.pods if p is not pod]  # bound, it must not count against its node
     use = node_use(others)
     fits = fleet_fit(pod.spec, snapshot.nodes, (), use=use)
     why = reason(pod, fits)
     resource, gpus = pod.spec.gpu_request() or (None, 0)
-    theirs = scheduler_verdict(pod, snapshot.pods.events)
+    theirs = scheduler_verdict(pod, (*snapshot.pods.events, *events))
     ours_text = verdict(fits)
     ours = histogram(fits)
     reasons = sorted(set(ours) | set(theirs.counts if theirs else {}))

@@ -115,6 +115,7 @@ def test_explain_pod_live_agrees_with_the_scheduler(planted, name):
     equal to its counts, the same reason code; for the fragmented pod, a remedy naming a pod that holds GPUs."""
     report = run_plugin_json(planted, "explain", "pod", f"{NS}/{name}", "-o", "json")
     assert report["scheduler"]["message"] == failed_scheduling(planted, NS, name)
+    assert report["scheduler"]["source"] == "FailedScheduling Event"
     assert report["agrees"] is True, report["reasons"]
     assert report["reason"] == PENDING[name][2]
     if name == "fragmented":

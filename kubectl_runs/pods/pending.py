@@ -19,7 +19,7 @@ import msgspec
 from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
-from .fit import fit, fleet_fit, node_use
+from .fit import NodeUse, Shapes, fit, fleet_fit, node_use
 from .model import Pod
 from .owners import Workload, workload_of
 from .reasons import PodReason, reason
@@ -47,19 +47,21 @@ class PendingPodsRow(Value):
 
 
 def is_pending_gpu_pod(pod: Pod) -> bool:
-    return (pod.spec.gpu_request() is not None and not pod.bound and not pod.terminal
-            and pod.metadata.deletion_timestamp is None)
+    return (not pod.bound and not pod.terminal and pod.metadata.deletion_timestamp is None
+            and pod.spec.gpu_request() is not None)
 
 
-def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node]) -> tuple[PendingPodsRow, ...]:
-    """The rows, sorted by namespace, kind and name."""
-    use = node_use(pods)
+def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node],
+                     use: dict[str, NodeUse] | None = None) -> tuple[PendingPodsRow, ...]:
+    """The rows, sorted by namespace, kind and name (``use``: ``node_use(pods)``, when already known)."""
+    use = node_use(pods) if use is None else use
+    shapes = Shapes(nodes, use)
     cache: dict[bytes, PodReason] = {}
 
     def why(pod: Pod) -> PodReason:
         key = msgspec.json.encode(pod.spec)
         if key not in cache:
-            fits = fleet_fit(pod.spec, nodes, (), use=use)
+            fits = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes, named=False)
             cache[key] = reason(pod, fits)
         return cache[key]
 
@@ -156,8 +158,9 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
     rows += workload_rows(snapshot)
     admitted_by_kueue = {o.uid for w in snapshot.queues.workloads for o in w.metadata.owner_references if o.uid}
+    use = node_use(pods)
     pods = [p for p in pods if p.metadata.uid not in admitted_by_kueue]  # counted in their Workload's row
-    for row in pending_pod_rows(pods, snapshot.nodes):
+    for row in pending_pod_rows(pods, snapshot.nodes, use):
         rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                                row.waiting_since, row.admitted_by, row.reason, row.message))
     if namespace is not None:
@@ -169,7 +172,7 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                  for w in [workload_of(p)] if _may_use(p, flavored, snapshot.nodes)}
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
-    return PendingReport(rfc3339(at), headline(snapshot, ev.open), rows, _reason_counts(rows))
+    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use), rows, _reason_counts(rows))
 
 
 def workload_rows(snapshot) -> list[PendingRow]:
@@ -219,12 +222,12 @@ def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
     return False
 
 
-def headline(snapshot, open_leases) -> GPUHeadline:
+def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None) -> GPUHeadline:
     leased: Counter[str] = Counter()
     for lease in open_leases:
         for slot in lease.spec.slice.slots:
             leased[slot.partition("#")[0]] += 1
-    use = node_use(snapshot.pods.pods)
+    use = node_use(snapshot.pods.pods) if use is None else use
     pending_sizes = [p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)]
     smallest = min(pending_sizes) if pending_sizes else None
     total = by_leases = by_pods = free = large = 0

@@ -186,6 +186,14 @@ def _max(total: dict[str, int], other: dict[str, int]) -> None:
             total[resource] = value
 
 
+class OwnerReference(CoreRecord):
+    kind: str = ""
+    name: str = ""
+    api_version: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
 def untolerated(taints, tolerations) -> object | None:
     """The first taint that filters (NoSchedule, NoExecute) and no toleration tolerates, else None."""
     for taint in taints:

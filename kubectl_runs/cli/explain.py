@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # `explain workload NAME` / `explain kaiwojob NAME`: Kueue's view (views/queues.py), beside `explain RUN`.
 QUEUED_KINDS = {"workload": "Workload", "workloads": "Workload", "wl": "Workload", "kaiwojob": "KaiwoJob",
                 "kaiwojobs": "KaiwoJob", "kaiwoservice": "KaiwoService", "kaiwoservices": "KaiwoService"}
+POD_WORDS = ("pod", "pods", "po")
 
 
 @click.command("explain")
@@ -36,6 +37,10 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
     RUN is NAME or NAMESPACE/NAME; NAME is looked up in the namespace of -n, else of the kubeconfig context,
     else default; with -A in every namespace (it must be unique there).
 
+    `explain pod NAME` explains a pending GPU pod: kube-scheduler's own verdict beside its filters recomputed here,
+    node by node for the nodes nearest to fitting, the deficit (not enough GPUs anywhere, or fragmented), and
+    remedies that name the pods holding GPUs, the taint, the cordoned node or the label.
+
     `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
     the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
     its shortfall (own quota, cohort borrowing, nodes), its place in the queue, Kueue's own message and remedies.
@@ -47,7 +52,10 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
       kubectl runs explain pretrain-32 -n rai-sys --snapshot fleet.yaml --at 2025-11-20T12:00:00Z
       kubectl runs explain workload a-eval-3 -n team-a
       kubectl runs explain kaiwojob mi-finetune -n team-b -o json
+      kubectl runs explain pod research/train-0
     """
+    if len(words) == 2 and words[0].lower() in POD_WORDS:
+        return ExplainPodOptions(words[0].lower(), words[1]).run(ctx)
     if len(words) == 2 and words[0].lower() in QUEUED_KINDS:
         return ExplainQueuedOptions(words[0].lower(), words[1]).run(ctx)
     if len(words) != 1:
@@ -98,3 +106,43 @@ class ExplainQueuedOptions(Command):
                 raise UserError(str(exc)) from None
             kaiwo = f"{kind} {found.key}"
         return workload_document(explain_workload(snapshot, workload, kaiwo=kaiwo), self.fmt)
+
+
+@dataclass
+class ExplainPodOptions(Command):
+    """``explain pod NAME``: one pending GPU pod (kubectl_runs.pods.explain)."""
+
+    kind_word: str
+    name: str
+
+    def validate(self) -> None:
+        self.opts.object_ref("pod", self.name)
+
+    def load(self) -> Snapshot:
+        return self.opts.load(None, pods=True)
+
+    def evaluate(self, snapshot: Snapshot) -> Document:
+        from ..pods.explain import explain_pod
+        from ..views.pod import pod_document
+
+        pod = self.opts.find("pod", self.name, {p.key: p for p in snapshot.pods.pods})
+        events = ()
+        if not self.opts.snapshots:  # live: the pod's FailedScheduling Events (a snapshot holds its own)
+            events = _scheduling_events(self.opts, pod)
+        return pod_document(explain_pod(snapshot, pod, events))
+
+
+def _scheduling_events(opts, pod) -> tuple:
+    import msgspec
+
+    from ..pods.model import Event
+    from ..sources.cluster import recent_events
+
+    meta = pod.metadata
+    found = recent_events(opts.source(meta.namespace), meta.namespace, "Pod", meta.name, uid=meta.uid)
+    return tuple(msgspec.convert({
+        "kind": "Event", "metadata": {"name": f"{meta.name}.{i}", "namespace": meta.namespace},
+        "involvedObject": {"kind": "Pod", "name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
+        "reason": e["reason"], "message": e["message"], "count": e["count"],
+        "lastTimestamp": e["at"] if e["at"].endswith("Z") else None}, Event)
+        for i, e in enumerate(found) if e["reason"] == "FailedScheduling")

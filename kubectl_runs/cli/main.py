@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("kubectl_runs.cli.completion", "completion", "Print a shell completion script (bash, zsh, fish, kubectl)."),
     "explain": ("kubectl_runs.cli.explain", "explain", "Everything about one run: width, funding, plan, leases, preemptions."),
     "leases": ("kubectl_runs.cli.leases", "leases", "Leases: who used which GPUs, and was the ledger honest."),
-    "pending": ("kubectl_runs.cli.pending", "pending", "Every pending GPU consumer (Runs, pods), with one reason each."),
+    "pending": ("kubectl_runs.cli.pending", "pending", "Every pending GPU consumer (Runs, Workloads, pods), one reason each."),
     "plan": ("kubectl_runs.cli.plan", "plan", "Why a run is not starting, and what would fix it."),
     "queues": ("kubectl_runs.cli.queues", "queues", "Kueue: ClusterQueue quota, usage and headroom per flavor."),
     "reconcile": ("kubectl_runs.cli.reconcile", "reconcile", "The companion reconciler: write plans and usage into status."),

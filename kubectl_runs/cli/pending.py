@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 @global_options
 @click.pass_context
 def pending(ctx: click.Context, flavor: str | None) -> int:
-    """Every pending GPU consumer, whatever admits it: Runs (jobtree), and pods that request nvidia.com/gpu or
-    amd.com/gpu, one row per workload (Deployment, Job, RayCluster, … with its pending pod count). Each row says
+    """Every pending GPU consumer, whatever admits it: Runs (jobtree), Kueue's pending Workloads, and pods that
+    request nvidia.com/gpu or amd.com/gpu, one row per workload (Deployment, Job, RayCluster, … with its pending pod count). Each row says
     the GPUs asked, since when, who admits it (jobtree, kube-scheduler, Kueue, or another scheduler) and one
     reason code; the headline gives the fleet's GPUs (total, held by leases, held by pods outside leases, free,
     free in blocks large enough for the pending pods) and the rows per reason. Every namespace unless -n.

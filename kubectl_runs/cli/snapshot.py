@@ -35,7 +35,9 @@ def snapshot() -> None:
 def save(ctx: click.Context, path: str | None) -> None:
     """Nodes, Budgets, Runs, Reservations and GPULeases (and Kueue's and Kaiwo's objects where their CRDs are
     installed: ResourceFlavors, ClusterQueues, Cohorts, LocalQueues, Workloads, WorkloadPriorityClasses,
-    KaiwoJobs, KaiwoServices) as one JSON List stamped with the time it was taken
+    KaiwoJobs, KaiwoServices; and, for `pending`, the Pods that request GPUs or run on GPU nodes, the
+    FailedScheduling/FailedCreate Events, ResourceQuotas and LimitRanges, lean) as one JSON List stamped with the
+    time it was taken
     (annotation jobtree.dev/snapshot-time). Every command reads it back with --snapshot and gives the answer
     it would have given live at that instant. Only Nodes are required: a Kueue cluster without the jobtree.dev
     CRDs saves what it has, and the kinds not installed are named in one note (and in the annotation

@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from ..kueue.reports import ExplainWorkloadReport, QueuesUsageReport
+from ..pods.explain import ExplainPodReport
 from ..pods.pending import PendingReport
 from .reports import (
     ArchiveReport,
@@ -42,6 +43,7 @@ SCHEMAS: dict[str, tuple[str, type[Value]]] = {
     "seeds-verify": ("kubectl runs seeds verify -o json", VerifyReport),
     "queues-usage": ("kubectl runs queues usage -o json", QueuesUsageReport),
     "pending": ("kubectl runs pending -o json", PendingReport),
+    "explain-pod": ("kubectl runs explain pod NAME -o json", ExplainPodReport),
     "explain-workload": ("kubectl runs explain workload|kaiwojob NAME -o json", ExplainWorkloadReport),
 }
 

@@ -27,6 +27,7 @@ from ..corev1 import (  # noqa: F401 (the core/v1 pieces are part of this model'
     NodeAffinity,
     NodeSelector,
     NodeSelectorTerm,
+    OwnerReference,
     PodSpec,
     Quantity,
     Requirement,
@@ -62,6 +63,7 @@ class Meta(KRecord):
     creation_timestamp: Time | None = None
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    owner_references: tuple[OwnerReference, ...] = ()  # a Workload's: the Job, or the Pod Kueue admits
 
 
 class ClusterMeta(KRecord):

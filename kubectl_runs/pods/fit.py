@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..corev1 import PodSpec, Toleration, quantity, untolerated
 from ..model import Node
@@ -92,6 +92,15 @@ class _Taint:
 
 def fit(spec: PodSpec, node: Node, use: NodeUse | None = None, asked: dict[str, int] | None = None) -> NodeFit:
     """The first of the scheduler's filters that rejects ``spec`` on ``node``, with its reasons."""
+    before = before_resources(spec, node)
+    if before is not None:
+        return before
+    return resources_fit(node, use, spec.requests() if asked is None else asked)
+
+
+def before_resources(spec: PodSpec, node: Node) -> NodeFit | None:
+    """The filters before NodeResourcesFit (cordon, node name, taints, selector and affinity): the first that
+    rejects, or None."""
     name = node.metadata.name
     if node.spec.unschedulable and not _tolerates_cordon(spec.tolerations):
         return NodeFit(name, (UNSCHEDULABLE,), "NodeUnschedulable")
@@ -102,8 +111,12 @@ def fit(spec: PodSpec, node: Node, use: NodeUse | None = None, asked: dict[str, 
         return NodeFit(name, (taint_reason(taint),), "TaintToleration")
     if not spec.matches_node(node.metadata.labels):
         return NodeFit(name, (AFFINITY,), "NodeAffinity")
+    return None
+
+
+def resources_fit(node: Node, use: NodeUse | None, asked: dict[str, int]) -> NodeFit:
+    """NodeResourcesFit: the pod count, then each resource asked against what the node has left."""
     use = use or NodeUse()
-    asked = spec.requests() if asked is None else asked
     allocatable = node.status.allocatable
     reasons = []
     if "pods" in allocatable and use.pods + 1 > quantity(allocatable["pods"], "pods"):
@@ -117,15 +130,57 @@ def fit(spec: PodSpec, node: Node, use: NodeUse | None = None, asked: dict[str, 
         free[resource] = left
         if amount > left:
             reasons.append(insufficient(resource))
-    return NodeFit(name, tuple(reasons), "NodeResourcesFit" if reasons else "", free, offered)
+    return NodeFit(node.metadata.name, tuple(reasons), "NodeResourcesFit" if reasons else "", free, offered)
 
 
 def fleet_fit(spec: PodSpec, nodes: Iterable[Node], pods: Iterable[Pod],
-              use: dict[str, NodeUse] | None = None) -> tuple[NodeFit, ...]:
-    """Every node against the pod, in the nodes' order (``use``: ``node_use`` of the pods, when already known)."""
+              use: dict[str, NodeUse] | None = None, shapes: Shapes | None = None, named: bool = True
+              ) -> tuple[NodeFit, ...]:
+    """Every node against the pod, in the nodes' order (``use``: ``node_use`` of the pods, when already known;
+    ``shapes``: ``Shapes`` of the nodes, to judge many pods: the filters before resources are judged once per
+    set of labels, taints and cordon, NodeResourcesFit once per node shape; ``named=False``: a node of a shape
+    judged before gets that node's fit, name and all — for counting, not for naming nodes)."""
     use = node_use(pods) if use is None else use
     asked = spec.requests()
-    return tuple(fit(spec, node, use.get(node.metadata.name), asked) for node in nodes)
+    if shapes is None or spec.node_name:  # NodeName tells nodes apart by name
+        return tuple(fit(spec, node, use.get(node.metadata.name), asked) for node in nodes)
+    static: dict[int, NodeFit | None] = {}
+    judged: dict[int, NodeFit] = {}
+    out = []
+    for node, outside, room in zip(shapes.nodes, shapes.statics, shapes.rooms, strict=True):
+        name = node.metadata.name
+        if outside not in static:
+            static[outside] = before_resources(spec, node)
+        got = static[outside]
+        if got is None:
+            got = judged.get(room)
+            if got is None:
+                got = judged[room] = resources_fit(node, use.get(name), asked)
+        out.append(got if not named or got.node == name else replace(got, node=name))
+    return tuple(out)
+
+
+class Shapes:
+    """The nodes, each with its static shape (a number for its labels, taints and cordon: what the filters before
+    resources read) and its room (a number for what each resource offers and has left, and whether one more pod
+    may run: what NodeResourcesFit reads)."""
+
+    def __init__(self, nodes: Iterable[Node], use: dict[str, NodeUse]):
+        self.nodes = tuple(nodes)
+        outside: dict[tuple, int] = {}
+        inside: dict[tuple, int] = {}
+        statics, rooms = [], []
+        for node in self.nodes:
+            held = use.get(node.metadata.name) or NodeUse()
+            static = (tuple(sorted(node.metadata.labels.items())), node.spec.taints, node.spec.unschedulable)
+            statics.append(outside.setdefault(static, len(outside)))
+            offered = {r: quantity(v, r) for r, v in node.status.allocatable.items()}
+            left = tuple(sorted((r, offered.get(r, 0), offered.get(r, 0) - held.requested.get(r, 0))
+                                for r in {*offered, *held.requested}))
+            pods_ok = "pods" not in offered or held.pods + 1 <= offered["pods"]
+            rooms.append(inside.setdefault((left, "pods" in offered, pods_ok), len(inside)))
+        self.statics = tuple(statics)
+        self.rooms = tuple(rooms)
 
 
 def histogram(fits: Iterable[NodeFit]) -> dict[str, int]:

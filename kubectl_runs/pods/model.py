@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar
 
 import msgspec
 
-from ..corev1 import PodSpec, Quantity
+from ..corev1 import OwnerReference, PodSpec, Quantity
 
 Time = Annotated[datetime, msgspec.Meta(tz=True)]
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -22,14 +22,6 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 class PodRecord(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
     """Base of the pod records: frozen, untracked by the GC, camelCase on the wire."""
-
-
-class OwnerReference(PodRecord):
-    kind: str = ""
-    name: str = ""
-    api_version: str = ""
-    uid: str = ""
-    controller: bool = False
 
 
 class PodMeta(PodRecord):

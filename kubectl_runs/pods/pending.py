@@ -19,7 +19,7 @@ import msgspec
 from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
-from .fit import fit, fleet_fit, node_use
+from .fit import NodeUse, Shapes, fit, fleet_fit, node_use
 from .model import Pod
 from .owners import Workload, workload_of
 from .reasons import PodReason, reason
@@ -47,19 +47,21 @@ class PendingPodsRow(Value):
 
 
 def is_pending_gpu_pod(pod: Pod) -> bool:
-    return (pod.spec.gpu_request() is not None and not pod.bound and not pod.terminal
-            and pod.metadata.deletion_timestamp is None)
+    return (not pod.bound and not pod.terminal and pod.metadata.deletion_timestamp is None
+            and pod.spec.gpu_request() is not None)
 
 
-def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node]) -> tuple[PendingPodsRow, ...]:
-    """The rows, sorted by namespace, kind and name."""
-    use = node_use(pods)
+def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node],
+                     use: dict[str, NodeUse] | None = None) -> tuple[PendingPodsRow, ...]:
+    """The rows, sorted by namespace, kind and name (``use``: ``node_use(pods)``, when already known)."""
+    use = node_use(pods) if use is None else use
+    shapes = Shapes(nodes, use)
     cache: dict[bytes, PodReason] = {}
 
     def why(pod: Pod) -> PodReason:
         key = msgspec.json.encode(pod.spec)
         if key not in cache:
-            fits = fleet_fit(pod.spec, nodes, (), use=use)
+            fits = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes, named=False)
             cache[key] = reason(pod, fits)
         return cache[key]
 
@@ -154,7 +156,11 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                rfc3339(run.metadata.creation_timestamp), "jobtree",
                                first.code if first else "Startable",
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
-    for row in pending_pod_rows(pods, snapshot.nodes):
+    rows += workload_rows(snapshot)
+    admitted_by_kueue = {o.uid for w in snapshot.queues.workloads for o in w.metadata.owner_references if o.uid}
+    use = node_use(pods)
+    pods = [p for p in pods if p.metadata.uid not in admitted_by_kueue]  # counted in their Workload's row
+    for row in pending_pod_rows(pods, snapshot.nodes, use):
         rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                                row.waiting_since, row.admitted_by, row.reason, row.message))
     if namespace is not None:
@@ -166,7 +172,42 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                  for w in [workload_of(p)] if _may_use(p, flavored, snapshot.nodes)}
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
-    return PendingReport(rfc3339(at), headline(snapshot, ev.open), rows, _reason_counts(rows))
+    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use), rows, _reason_counts(rows))
+
+
+def workload_rows(snapshot) -> list[PendingRow]:
+    """Kueue's pending Workloads that ask for GPUs: the GPUs and pods of their pod sets, and why they wait as
+    ``explain workload`` says it — ``NeverAdmitted`` (beyond the ClusterQueue's maximum capacity in every flavor
+    it could use), ``InsufficientQuota`` (short of quota after borrowing), ``NoFlavor`` (no flavor it may use),
+    else ``Queued`` (it waits its turn)."""
+    from ..kueue.explain import explain_workload
+    from ..kueue.model import PodSetsError
+
+    rows = []
+    for workload in snapshot.queues.workloads:
+        if workload.finished or workload.admitted or workload.quota_reserved or not workload.spec.active:
+            continue
+        try:
+            why = explain_workload(snapshot, workload)
+        except PodSetsError:
+            continue  # `explain workload` names the bad field
+        gpus = sum(view.count * sum(view.per_pod.values()) for view in why.pod_sets)
+        if gpus <= 0:
+            continue
+        if why.never_admitted:
+            code = "NeverAdmitted"
+        elif why.shortfalls:
+            code = "InsufficientQuota"
+        elif why.flavors and all(f.verdict == "Excluded" for f in why.flavors):
+            code = "NoFlavor"
+        else:
+            code = "Queued"
+        resources = {r for view in why.pod_sets for r, n in view.per_pod.items() if n}
+        rows.append(PendingRow("Workload", workload.namespace, workload.name, sum(v.count for v in why.pod_sets),
+                               gpus, next(iter(resources)) if len(resources) == 1 else None, None,
+                               rfc3339(workload.metadata.creation_timestamp), "Kueue", code,
+                               why.assignment_message or why.kueue_message))
+    return rows
 
 
 def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
@@ -181,12 +222,12 @@ def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
     return False
 
 
-def headline(snapshot, open_leases) -> GPUHeadline:
+def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None) -> GPUHeadline:
     leased: Counter[str] = Counter()
     for lease in open_leases:
         for slot in lease.spec.slice.slots:
             leased[slot.partition("#")[0]] += 1
-    use = node_use(snapshot.pods.pods)
+    use = node_use(snapshot.pods.pods) if use is None else use
     pending_sizes = [p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)]
     smallest = min(pending_sizes) if pending_sizes else None
     total = by_leases = by_pods = free = large = 0

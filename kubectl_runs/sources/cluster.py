@@ -78,6 +78,9 @@ RESOURCES = (
 )
 EVENTS = Resource("Event", "events", "v1", namespaced=True)
 PODS = Resource("Pod", "pods", "v1", namespaced=True)
+# what the pod reports read (kubectl_runs.pods), saved by `snapshot save`
+POD_RESOURCES = (PODS, EVENTS, Resource("ResourceQuota", "resourcequotas", "v1", namespaced=True),
+                 Resource("LimitRange", "limitranges", "v1", namespaced=True))
 # Kueue and Kaiwo (kubectl_runs.kueue): listed for the queue reports and `snapshot save`. Where a CRD is not
 # installed (404) there are simply no objects of that kind.
 QUEUE_RESOURCES = (

@@ -6,7 +6,16 @@ import msgspec
 
 from ..model import snapshot_document
 from . import Source
-from .cluster import QUEUE_RESOURCES, RESOURCES, Cluster, CRDsMissing, Forbidden, Resource, readable_pages
+from .cluster import (
+    POD_RESOURCES,
+    QUEUE_RESOURCES,
+    RESOURCES,
+    Cluster,
+    CRDsMissing,
+    Forbidden,
+    Resource,
+    readable_pages,
+)
 from .files import gc_paused
 
 
@@ -44,6 +53,7 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
                     item.setdefault("kind", resource.kind)
                     item.get("metadata", {}).pop("managedFields", None)
                     items.append(item)
+        items += _pod_objects(cluster, source, items, notes)
     if missing_ours is not None and all(r in absent for r in RESOURCES + QUEUE_RESOURCES if r.kind != "Node"):
         raise missing_ours  # neither ours nor Kueue's: most likely the wrong cluster, or nothing installed yet
     if absent:
@@ -53,3 +63,41 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
         named = "; ".join(f"{', '.join(kinds)} ({group})" for group, kinds in groups.items())
         notes.append(f"not installed on {cluster.server}, so the snapshot holds none: {named}")
     return snapshot_document(items, taken_at, absent=[r.kind for r in absent]), notes
+
+
+def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: list[str]) -> list[dict]:
+    """What the pod reports read, lean (only the fields kubectl-runs reads, as ``snapshot save --snapshot``
+    writes them): the Pods that request GPUs or run on a GPU node, the Events that carry a verdict
+    (FailedScheduling, FailedCreate), ResourceQuotas and LimitRanges. A user the server refuses them still saves
+    the rest, with a note."""
+    from ..pods.model import POD_KINDS, VERDICT_EVENT_REASONS
+
+    gpu_nodes = {item["metadata"]["name"] for item in items if item.get("kind") == "Node" and _has_gpus(item)}
+    out: list[dict] = []
+    for resource in POD_RESOURCES:
+        try:
+            pages = readable_pages(cluster, resource, source, notes)
+        except Forbidden as refused:
+            notes.append(f"{refused.message}; the snapshot holds no {resource.qualified}")
+            continue
+        decoder = msgspec.json.Decoder(_page_type(POD_KINDS[resource.kind]))
+        for body in pages:
+            for record in decoder.decode(body).items:
+                if resource.kind == "Pod" and record.spec.gpu_request() is None \
+                        and record.spec.node_name not in gpu_nodes:
+                    continue
+                if resource.kind == "Event" and record.reason not in VERDICT_EVENT_REASONS:
+                    continue
+                item = msgspec.to_builtins(record)
+                item["apiVersion"] = "v1"
+                out.append(item)
+    return out
+
+
+def _page_type(cls: type) -> type:
+    return msgspec.defstruct(f"{cls.__name__}SavePage", [("items", list[cls], [])], frozen=True, gc=False)
+
+
+def _has_gpus(node: dict) -> bool:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return any(str(allocatable.get(r, "0")) not in ("0", "") for r in ("nvidia.com/gpu", "amd.com/gpu"))

@@ -83,7 +83,8 @@ def test_reader_role_reads_the_queue_kinds(kueue_plane):
 
 
 def test_a_user_who_may_not_read_kueue_still_saves_the_rest(kueue_plane):
-    """Without RBAC on the Kueue kinds `snapshot save` notes each refused kind and saves what it may read."""
+    """Without RBAC on the Kueue kinds (nor on the pods, Events, ResourceQuotas and LimitRanges `pending` reads)
+    `snapshot save` notes each refused kind and saves what it may read."""
     cp = kueue_plane
     cp.kubectl("create", "clusterrole", "nodes-only", "--verb=get,list", "--resource=nodes")
     cp.kubectl("create", "clusterrole", "jobtree-only", "--verb=get,list",
@@ -94,7 +95,8 @@ def test_a_user_who_may_not_read_kueue_still_saves_the_rest(kueue_plane):
     assert saved.returncode == 0, saved.stderr
     assert {i["kind"] for i in json.loads(saved.stdout)["items"]} == {"Node"}
     notes = saved.stderr.splitlines()
-    assert len(notes) == 8
+    assert len(notes) == 8 + 4
+    assert any("the snapshot holds no pods" in n for n in notes)
     assert all(n.startswith("note: forbidden: ") and "the snapshot holds no" in n for n in notes)
 
 

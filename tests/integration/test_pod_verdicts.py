@@ -7,6 +7,9 @@ planted remedy (a pod holding GPUs deleted) the node the scheduler binds the pod
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -104,6 +107,39 @@ def test_pending_live_lists_each_pending_pod_with_its_reason(planted):
     rows = {r["name"]: (r["kind"], r["reason"], r["admittedBy"]) for r in report["rows"]}
     assert rows == {name: ("Pod", code, "kube-scheduler") for name, (_g, _m, code) in PENDING.items()}
     assert report["gpus"]["total"] == 40 and report["gpus"]["heldByPodsOutsideLeases"] == 6
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_explain_pod_live_agrees_with_the_scheduler(planted, name):
+    """`kubectl runs explain pod` live: the scheduler's own message (from its FailedScheduling Event), our counts
+    equal to its counts, the same reason code; for the fragmented pod, a remedy naming a pod that holds GPUs."""
+    report = run_plugin_json(planted, "explain", "pod", f"{NS}/{name}", "-o", "json")
+    assert report["scheduler"]["message"] == failed_scheduling(planted, NS, name)
+    assert report["scheduler"]["source"] == "FailedScheduling Event"
+    assert report["agrees"] is True, report["reasons"]
+    assert report["reason"] == PENDING[name][2]
+    if name == "fragmented":
+        remedy = next(r["message"] for r in report["remedies"] if r["kind"] == "FreeGPUs")
+        assert "held by research/hold-a" in remedy
+
+
+def test_a_saved_snapshot_gives_the_same_pending_report(planted, tmp_path):
+    """`snapshot save` keeps the GPU pods (lean), their FailedScheduling Events, and nothing else of the pods;
+    `pending` on the file equals `pending` live at the same instant."""
+    path = tmp_path / "fleet.json"
+    at = "2030-01-01T00:00:00Z"
+    done = subprocess.run([sys.executable, "-m", "kubectl_runs", "snapshot", "save", "-f", str(path), "--at", at],
+                          capture_output=True, text=True, env=dict(os.environ, KUBECONFIG=planted.admin_kubeconfig))
+    assert done.returncode == 0, done.stderr
+    items = json.loads(path.read_text())["items"]
+    pods = sorted(i["metadata"]["name"] for i in items if i["kind"] == "Pod")
+    assert pods == sorted(["hold-a1", "hold-a2", *PENDING])
+    events = {i["involvedObject"]["name"] for i in items if i["kind"] == "Event"}
+    assert set(PENDING) <= events and all(i["reason"] == "FailedScheduling" for i in items if i["kind"] == "Event")
+    assert "containerStatuses" not in json.dumps(items)  # lean: only what kubectl-runs reads
+    live = run_plugin_json(planted, "pending", "-o", "json", "--at", at)
+    offline = run_plugin_json(planted, "pending", "-o", "json", "--at", at, "--snapshot", str(path))
+    assert live == offline
 
 
 def test_fragmentation_is_seen_node_by_node(planted):

@@ -201,7 +201,7 @@ def test_troubleshooting_quotes_the_ignored_kind_note(capsys, workdir, monkeypat
 # A file named in prose (``API.md``, ``reconciler/ledger.py``) must be one a reader of the repository can open:
 # relative to the page, to the repository root, or the tail of a tracked path. These name files the commands
 # write, a user's own script in an example (get-token.sh), a Python module (msgspec.json) or an upstream source, not files of the repository; bench/out/ is what the
-# benchmarks generate.
+# benchmarks generate and dist/ what `make dist` builds.
 NAMED_ELSEWHERE = {"fleet.json", "_manifest.json", "._manifest.json", "manifest.json", "pkg/cache/resource_node.go", "msgspec.json", "get-token.sh", "x.json"}
 FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:md|py|yaml|yml|json|sh|toml|go))(?![\w/])")
 
@@ -215,7 +215,7 @@ def _missing_files(pages: list[Path], tracked: list[str]) -> list[tuple[str, str
     missing = []
     for page in pages:
         for name in files_named_in_prose(page):
-            if (name in NAMED_ELSEWHERE or name.startswith("bench/out/") or (page.parent / name).exists()
+            if (name in NAMED_ELSEWHERE or name.startswith(("bench/out/", "dist/")) or (page.parent / name).exists()
                     or (ROOT / name).exists()):
                 continue
             if not any(path.endswith("/" + name) for path in tracked):

@@ -26,7 +26,8 @@ REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "
            "leases-archive", "leases-archive-verify",  # these two: tests/unit/test_cli_archive.py
            "leases-audit-every",  # tests/unit/test_audit_periods.py
            "leases-audit-hours",
-           "pending")  # tests/unit/test_schemas.py and test_pending_command.py
+           "pending",  # tests/unit/test_schemas.py and test_pending_command.py
+           "explain-pod")  # tests/unit/test_explain_pod.py
 
 
 @cache

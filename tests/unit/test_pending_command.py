@@ -106,3 +106,38 @@ def test_nothing_pending_says_so_on_stderr(capsys, tmp_path):
     path.write_text(PODS % "")
     code, out, err = run_cli(capsys, "--snapshot", str(path), "pending")
     assert (code, out, err) == (0, "", "No pending GPU consumers found.\n")
+
+
+KUEUE_EXAMPLE = str(ROOT / "examples" / "kueue-fleet.yaml")
+
+
+def test_kueue_workloads_are_rows_and_their_gpus_are_queues_usages_pending(capsys):
+    code, out, _err = run_cli(capsys, "--snapshot", KUEUE_EXAMPLE, "pending", "-o", "json")
+    rows = json.loads(out)["rows"]
+    _c, usage, _e = run_cli(capsys, "--snapshot", KUEUE_EXAMPLE, "queues", "usage", "-o", "json")
+    usage = json.loads(usage)
+    assert code == 0 and {r["kind"] for r in rows} == {"Workload"}
+    assert sum(r["gpus"] for r in rows) == sum(q["pending"] for q in usage["clusterQueues"])
+    for row in rows:
+        _c, why, _e = run_cli(capsys, "--snapshot", KUEUE_EXAMPLE, "explain", "workload", row["name"], "-n",
+                              row["namespace"], "-o", "json")
+        assert row["admittedBy"] == "Kueue" and row["message"] in why
+
+
+def test_a_pod_kueue_admits_is_counted_in_its_workloads_row_only(capsys, tmp_path):
+    """Kueue's pod integration: a gated pod, and a Workload that the pod owns. One row (the Workload's), not two."""
+    text = (ROOT / "examples" / "kueue-fleet.yaml").read_text()
+    pod = ("\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: solo, namespace: team-a, uid: u-solo}\n"
+           "spec: {schedulingGates: [{name: kueue.x-k8s.io/admission}], containers: [{name: c, resources: "
+           "{requests: {nvidia.com/gpu: '2'}}}]}\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text + pod)
+    _c, out, _e = run_cli(capsys, "--snapshot", str(path), "pending", "-o", "json")
+    assert [r["name"] for r in json.loads(out)["rows"] if r["kind"] == "Pod"] == ["solo"]  # no Workload for it yet
+    owned = text.replace("name: a-eval-4\n", "name: a-eval-4\n    ownerReferences: [{kind: Pod, name: solo, uid: u-solo}]\n",
+                         1)
+    assert owned != text
+    path.write_text(owned + pod)
+    _c, out, _e = run_cli(capsys, "--snapshot", str(path), "pending", "-o", "json")
+    names = [(r["kind"], r["name"]) for r in json.loads(out)["rows"]]
+    assert ("Pod", "solo") not in names and ("Workload", "a-eval-4") in names

@@ -108,3 +108,25 @@ def test_a_node_short_of_two_resources_counts_under_both_and_the_verdict_sorts_a
 @pytest.mark.parametrize("asked", [0, 8])
 def test_a_verdict_is_none_when_a_node_fits(asked):
     assert verdict(fleet_fit(spec(asked), [node("a"), node("b", cordoned=True)], [])) is None
+
+
+def test_judging_nodes_by_shape_gives_every_node_its_own_fit():
+    """``Shapes`` (pending's fast path: the filters before resources once per labels/taints/cordon, resources once
+    per room) gives each node exactly the fit judging it alone gives, on a generated fleet of every shape."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.bench_pending import pods_fleet
+
+    from kubectl_runs.pods.fit import Shapes
+
+    items = pods_fleet(400, 1000, seed=7)
+    nodes = [msgspec.convert(i, Node) for i in items if i["kind"] == "Node"]
+    pods = [msgspec.convert(i, Pod) for i in items if i["kind"] == "Pod"]
+    use = node_use(pods)
+    shapes = Shapes(nodes, use)
+    specs = {msgspec.json.encode(p.spec): p.spec for p in pods if not p.bound}
+    assert len(specs) > 10
+    for one in specs.values():
+        assert fleet_fit(one, nodes, (), use=use, shapes=shapes) == fleet_fit(one, nodes, pods)

@@ -39,5 +39,5 @@ def test_readme_example(command, expected, capsys, monkeypatch):
 
 def test_the_readme_has_examples_of_every_report():
     commands = " ".join(c for c, _ in examples())
-    for words in ("budgets usage", "plan", "explain", "leases audit", "seeds verify"):
+    for words in ("budgets usage", "plan", "explain", "leases audit", "seeds verify", "pending"):
         assert f"kubectl runs {words}" in commands

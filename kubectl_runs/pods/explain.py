@@ -1,0 +1,173 @@
+"""``kubectl runs explain pod``: one pending GPU pod, as a value — kube-scheduler's own verdict (its message and
+its nodes per reason) beside ours (its filters recomputed: kubectl_runs.pods.fit), where the two differ, the nodes
+nearest to fitting, the deficit split into "not enough GPUs anywhere" and "enough, but fragmented", and remedies
+that name objects: the pods holding GPUs on the nearest nodes, the taint to tolerate, the node to uncordon, the
+label no node has. Pure: a snapshot and a pod in, a report out."""
+
+from __future__ import annotations
+
+from ..corev1 import quantity
+from ..engine.reports import Value
+from ..model import Snapshot
+from ..timeutil import rfc3339
+from .fit import AFFINITY, NodeFit, fit, fleet_fit, histogram, node_use, verdict
+from .model import Event, Pod
+from .owners import workload_of
+from .reasons import reason
+from .verdict import scheduler_verdict
+
+NEAREST = 5  # nodes shown, nearest to fitting first
+_STAGE = {"NodeUnschedulable": 0, "NodeName": 0, "TaintToleration": 1, "NodeAffinity": 2, "NodeResourcesFit": 3,
+          "": 4}
+
+
+class ReasonNodes(Value):
+    reason: str
+    scheduler: int | None  # nodes the scheduler counted under it (null: it gave no verdict)
+    ours: int
+
+
+class VerdictEntry(Value):
+    message: str | None
+    source: str | None  # "FailedScheduling Event", "PodScheduled condition"; null: the scheduler said nothing
+    nodes: int | None
+
+
+class NodeEntry(Value):
+    node: str
+    fits: bool
+    filter: str  # the first filter that turned the pod away ("" when it fits)
+    reasons: list[str]
+    free_gpus: int
+    gpus: int
+    holders: list[str]  # the pods holding GPUs there (namespace/name)
+
+
+class Deficit(Value):
+    asked: int  # GPUs per pod
+    free_on_eligible: int  # free on the nodes that pass every filter before resources, together
+    largest_free_block: int
+    largest_node: int  # the most GPUs any eligible node has, even empty
+    kind: str  # None, NotEnoughAnywhere, Fragmented, ExceedsNodeCapacity, NoEligibleNode
+
+
+class PodRemedy(Value):
+    kind: str  # FreeGPUs, Tolerate, Uncordon, MatchSelector, ShrinkRequest, WaitForScheduler
+    message: str
+
+
+class ExplainPodReport(Value):
+    pod: str
+    workload: str  # Kind/name
+    phase: str
+    scheduler_name: str
+    gpu_resource: str | None
+    gpus: int
+    waiting_since: str | None
+    reason: str
+    message: str
+    scheduler: VerdictEntry
+    ours: VerdictEntry
+    agrees: bool | None  # null: the scheduler gave no verdict to compare
+    reasons: list[ReasonNodes]
+    deficit: Deficit
+    nodes: list[NodeEntry]
+    remedies: list[PodRemedy]
+
+
+def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) -> ExplainPodReport:
+    """``events``: the pod's Events read live (a snapshot's own are used too)."""
+    others = [p for p in snapshot.pods.pods if p is not pod]  # bound, it must not count against its node
+    use = node_use(others)
+    fits = fleet_fit(pod.spec, snapshot.nodes, (), use=use)
+    why = reason(pod, fits)
+    resource, gpus = pod.spec.gpu_request() or (None, 0)
+    theirs = scheduler_verdict(pod, (*snapshot.pods.events, *events))
+    ours_text = verdict(fits)
+    ours = histogram(fits)
+    reasons = sorted(set(ours) | set(theirs.counts if theirs else {}))
+    rows = [ReasonNodes(r, theirs.counts.get(r, 0) if theirs and theirs.nodes is not None else None, ours.get(r, 0))
+            for r in reasons]
+    agrees = None
+    if theirs is not None and theirs.nodes is not None:
+        agrees = theirs.nodes == len(fits) and theirs.counts == ours
+    eligible = [f for f in fits if f.filter in ("", "NodeResourcesFit")]
+    free = sum(max(0, f.free.get(resource or "", 0)) for f in eligible)
+    block = max((f.free.get(resource or "", 0) for f in eligible), default=0)
+    biggest = max((f.allocatable.get(resource or "", 0) for f in eligible), default=0)
+    deficit = Deficit(gpus, free, block, biggest, _deficit_kind(fits, eligible, gpus, free, block, biggest))
+    capacity = {n.metadata.name: quantity(n.status.allocatable.get(resource or ""), resource or "")
+                for n in snapshot.nodes}
+    left = {name: gpus_there - (use[name].requested.get(resource or "", 0) if name in use else 0)
+            for name, gpus_there in capacity.items()}
+    nearest = sorted(fits, key=lambda f: (-_STAGE.get(f.filter, 0), -left[f.node], f.node))
+    nodes = [NodeEntry(f.node, f.fits, f.filter, list(f.reasons), left[f.node], capacity[f.node],
+                       list(use[f.node].holders) if f.node in use else [])
+             for f in nearest[:NEAREST]]
+    return ExplainPodReport(
+        pod.key, f"{workload_of(pod).kind}/{workload_of(pod).name}", pod.status.phase, pod.scheduler, resource, gpus,
+        rfc3339(pod.metadata.creation_timestamp), why.code, why.message,
+        VerdictEntry(theirs.message, theirs.source, theirs.nodes) if theirs else VerdictEntry(None, None, None),
+        VerdictEntry(ours_text, "recomputed", len(fits)), agrees, rows, deficit, nodes,
+        _remedies(snapshot, pod, fits, eligible, use, resource, gpus, deficit))
+
+
+def _deficit_kind(fits, eligible, gpus, free, block, biggest) -> str:
+    if any(f.fits for f in fits):
+        return "None"
+    if not eligible:
+        return "NoEligibleNode"
+    if gpus > biggest:
+        return "ExceedsNodeCapacity"
+    if block >= gpus:
+        return "None"  # the GPUs are there: another resource is short
+    return "Fragmented" if free >= gpus else "NotEnoughAnywhere"
+
+
+def _remedies(snapshot: Snapshot, pod: Pod, fits: tuple[NodeFit, ...], eligible: list[NodeFit], use, resource,
+              gpus: int, deficit: Deficit) -> list[PodRemedy]:
+    out: list[PodRemedy] = []
+    if any(f.fits for f in fits):
+        out.append(PodRemedy("WaitForScheduler", f"it fits on {', '.join(f.node for f in fits if f.fits)} now: "
+                                                 f"kube-scheduler binds it on its next attempt"))
+        return out
+    if deficit.kind == "ExceedsNodeCapacity":
+        out.append(PodRemedy("ShrinkRequest", f"ask for at most {deficit.largest_node} GPUs per pod (the largest "
+                                              f"node it may use has {deficit.largest_node}), or add larger nodes"))
+    if deficit.kind in ("Fragmented", "NotEnoughAnywhere"):
+        for f in sorted(eligible, key=lambda f: (-f.free.get(resource, 0), f.node)):
+            holders = list(use[f.node].holders) if f.node in use else []
+            missing = gpus - f.free.get(resource, 0)
+            if holders and 0 < missing <= f.allocatable.get(resource, 0):
+                out.append(PodRemedy("FreeGPUs", f"{f.node} has {f.free.get(resource, 0)} of {gpus} GPUs free: "
+                                                 f"{missing} more held by {', '.join(holders)}"))
+                break
+    by_node = {n.metadata.name: n for n in snapshot.nodes}
+    for f in fits:
+        node = by_node[f.node]
+        if f.filter == "NodeUnschedulable" and _fits_if(pod, node, use, cordon=True):
+            out.append(PodRemedy("Uncordon", f"node {f.node} is cordoned; uncordoned it would take the pod "
+                                             f"(kubectl uncordon {f.node})"))
+        elif f.filter == "TaintToleration" and _fits_if(pod, node, use, taints=True):
+            taint = f.reasons[0].removeprefix("node(s) had untolerated taint ")
+            out.append(PodRemedy("Tolerate", f"node {f.node} would take the pod if it tolerated taint {taint}"))
+    roomy = [f.node for f in fits if f.filter == "NodeAffinity" and _fits_if(pod, by_node[f.node], use, selector=True)]
+    if roomy:
+        asked = ", ".join(f"{k}={v}" for k, v in sorted(pod.spec.node_selector.items())) or "its node affinity"
+        out.append(PodRemedy("MatchSelector", f"{len(roomy)} node(s) have room ({', '.join(roomy[:3])}) but "
+                                              f"{AFFINITY.removeprefix('node(s) ')} ({asked})"))
+    return out
+
+
+def _fits_if(pod: Pod, node, use, *, cordon: bool = False, taints: bool = False, selector: bool = False) -> bool:
+    """Would ``pod`` fit on ``node`` with that one filter lifted?"""
+    import msgspec
+
+    spec = pod.spec
+    if selector:
+        spec = msgspec.structs.replace(spec, node_selector={}, affinity=None)
+    if cordon or taints:
+        changed = msgspec.structs.replace(node.spec, unschedulable=False if cordon else node.spec.unschedulable,
+                                          taints=() if taints else node.spec.taints)
+        node = msgspec.structs.replace(node, spec=changed)
+    return fit(spec, node, use.get(node.metadata.name)).fits

@@ -118,7 +118,6 @@ def test_judging_nodes_by_shape_gives_every_node_its_own_fit():
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.bench_pending import pods_fleet
-
     from kubectl_runs.pods.fit import Shapes
 
     items = pods_fleet(400, 1000, seed=7)

@@ -202,6 +202,15 @@ def _temp_file(content: bytes) -> str:
     return name
 
 
+def _data_or_file(node: _Node, file_key: str, data_key: str, base: str) -> tuple[Any, str | None]:
+    """The client's FileOrData choice: inline data wins; else the file's path, relative to the kubeconfig."""
+    if data_key in node:
+        return node[data_key], None
+    if file_key in node:
+        return None, os.path.normpath(os.path.join(base, str(node[file_key])))
+    return None, None
+
+
 def _as_file(obj: _Node | dict | None, file_key: str, data_key: str | None = None, *, base: str = "",
              base64_data: bool = True) -> str | None:
     """FileOrData(...).as_file(): the data (base64-decoded) in a temp file, else the file's path."""
@@ -209,11 +218,7 @@ def _as_file(obj: _Node | dict | None, file_key: str, data_key: str | None = Non
     if not obj:
         return None
     node = obj if isinstance(obj, _Node) else _Node(obj, "")
-    data = file = None
-    if data_key in node:
-        data = node[data_key]
-    elif file_key in node:
-        file = os.path.normpath(os.path.join(base, str(node[file_key])))
+    data, file = _data_or_file(node, file_key, data_key, base)
     if not file and data:
         raw = data.encode() if isinstance(data, str) else data
         try:
@@ -227,11 +232,7 @@ def _as_file(obj: _Node | dict | None, file_key: str, data_key: str | None = Non
 
 def _as_data(node: _Node, file_key: str, data_key: str, *, base: str) -> Any:
     """FileOrData(..., base64_file_content=False).as_data(): the data, else the file's content as it is."""
-    data = file = None
-    if data_key in node:
-        data = node[data_key]
-    elif file_key in node:
-        file = os.path.normpath(os.path.join(base, str(node[file_key])))
+    data, file = _data_or_file(node, file_key, data_key, base)
     if not data and file:
         try:
             with open(file) as handle:

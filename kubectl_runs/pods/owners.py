@@ -1,6 +1,8 @@
 """The workload a pod belongs to, for one row per workload instead of one per replica: its controller as
 ownerReferences name it, with the Deployment behind a ReplicaSet that a Deployment made (the ReplicaSet's name is
-the Deployment's name and the pod's ``pod-template-hash``), a pod of no controller standing for itself."""
+the Deployment's name and the pod's ``pod-template-hash``), a pod of no controller standing for itself. A Run's pod
+(labelled ``jobtree.dev/run: NAME``, or owned by a ``jobtree.dev`` Run, directly or through the Job the Run made)
+belongs to the Run: ``pending`` shows it in the Run's row, never beside it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from dataclasses import dataclass
 from .model import Pod
 
 TEMPLATE_HASH = "pod-template-hash"
+RUN_LABEL = "jobtree.dev/run"
+RUN_GROUP = "jobtree.dev/"
 
 
 @dataclass(frozen=True, order=True)
@@ -26,6 +30,9 @@ class Workload:
 
 def workload_of(pod: Pod) -> Workload:
     ns = pod.metadata.namespace
+    run = run_of(pod)
+    if run is not None:
+        return Workload(ns, "Run", run)
     owner = pod.controller
     if owner is None:
         return Workload(ns, "Pod", pod.metadata.name)
@@ -33,3 +40,14 @@ def workload_of(pod: Pod) -> Workload:
     if owner.kind == "ReplicaSet" and suffix and owner.name.endswith(f"-{suffix}"):
         return Workload(ns, "Deployment", owner.name[: -len(suffix) - 1])
     return Workload(ns, owner.kind or "Unknown", owner.name)
+
+
+def run_of(pod: Pod) -> str | None:
+    """The name of the Run (in the pod's namespace) the pod belongs to, or None."""
+    labelled = pod.metadata.labels.get(RUN_LABEL)
+    if labelled:
+        return labelled
+    for owner in pod.metadata.owner_references:
+        if owner.kind == "Run" and owner.api_version.startswith(RUN_GROUP):
+            return owner.name
+    return None

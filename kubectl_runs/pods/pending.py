@@ -24,8 +24,11 @@ from .model import Pod
 from .owners import Workload, workload_of
 from .reasons import PodReason, reason
 
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+
 ReasonCode = Literal["SchedulingGated", "OtherScheduler", "Fits", "Cordoned", "UntoleratedTaint", "NodeSelector",
-                     "ExceedsNodeCapacity", "Fragmented", "InsufficientGPU", "InsufficientResources"]
+                     "ExceedsNodeCapacity", "Fragmented", "InsufficientGPU", "InsufficientResources",
+                     "QuotaExceeded"]
 GPUResource = Literal["nvidia.com/gpu", "amd.com/gpu"]
 
 
@@ -118,13 +121,13 @@ class PendingRow(Value):
     kind: str  # Run, or the pods' workload: Deployment, Job, RayCluster, …, Pod
     namespace: str
     name: str
-    pods: int  # pending pods (0 for a Run: jobtree places its GPUs, not pods)
+    pods: int  # pending pods (a Run: its pods labelled jobtree.dev/run; a quota refusal: 0, none was created)
     gpus: int  # GPUs still asked for: a Run's need, the pods' requests together
     gpu_resource: GPUResource | None  # the pods' GPU resource; null for a Run (its flavor says it)
     flavor: str | None  # a Run's gpuType; null for pods
     waiting_since: str | None
-    admitted_by: str  # jobtree, kube-scheduler, Kueue, or the other scheduler's name
-    reason: str  # a Run's plan reason code, or a pod ReasonCode
+    admitted_by: str  # jobtree, kube-scheduler, Kueue, ResourceQuota (its pods are refused), another scheduler
+    reason: str  # a Run's plan reason code, a Kueue Workload's code, or a pod ReasonCode
     message: str
 
 
@@ -156,13 +159,20 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                rfc3339(run.metadata.creation_timestamp), "jobtree",
                                first.code if first else "Startable",
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
-    rows += workload_rows(snapshot)
-    admitted_by_kueue = {o.uid for w in snapshot.queues.workloads for o in w.metadata.owner_references if o.uid}
+    kueue_rows = workload_rows(snapshot)
+    rows += kueue_rows
     use = node_use(pods)
-    pods = [p for p in pods if p.metadata.uid not in admitted_by_kueue]  # counted in their Workload's row
-    for row in pending_pod_rows(pods, snapshot.nodes, use):
+    pods = [p for p in pods if not _in_kueue_row(p, snapshot.queues.workloads, kueue_rows)]  # counted there
+    runs = {(r.namespace, r.name): i for i, r in enumerate(rows) if r.kind == "Run"}
+    pod_rows = pending_pod_rows(pods, snapshot.nodes, use)
+    for row in pod_rows:
+        if row.kind == "Run" and (row.namespace, row.name) in runs:  # the Run's own row counts its pods
+            i = runs[(row.namespace, row.name)]
+            rows[i] = msgspec.structs.replace(rows[i], pods=row.pods)
+            continue
         rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                                row.waiting_since, row.admitted_by, row.reason, row.message))
+    rows = quota_rows(snapshot, rows)
     if namespace is not None:
         rows = [r for r in rows if r.namespace == namespace]
     if flavor is not None:
@@ -208,6 +218,76 @@ def workload_rows(snapshot) -> list[PendingRow]:
                                rfc3339(workload.metadata.creation_timestamp), "Kueue", code,
                                why.assignment_message or why.kueue_message))
     return rows
+
+
+def _in_kueue_row(pod: Pod, workloads, kueue_rows: list[PendingRow]) -> bool:
+    """Is ``pod`` one of the pods of a Kueue Workload that has a row (it owns the pod by uid or by name, or the
+    pod's group is the Workload's name)? Pods of an admitted Workload are kube-scheduler's again: they get rows."""
+    if not kueue_rows:
+        return False
+    pending = {(r.namespace, r.name) for r in kueue_rows}
+    meta = pod.metadata
+    group = meta.labels.get(KUEUE_POD_GROUP)
+    if group and (meta.namespace, group) in pending:
+        return True
+    for workload in workloads:
+        if (workload.namespace, workload.name) not in pending:
+            continue
+        for owner in workload.metadata.owner_references:
+            if (owner.uid and owner.uid == meta.uid) or (
+                    owner.kind == "Pod" and owner.name == meta.name and workload.namespace == meta.namespace):
+                return True
+    return False
+
+
+def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
+    """``rows`` with the controllers whose pods a ResourceQuota refuses (FailedCreate Events): a row of their own
+    (``QuotaExceeded``, no pod created), or, when the controller has pending pods already, a word in their row."""
+    from .quota import rejections, shortfalls
+
+    objects = snapshot.pods
+    by_key = {(r.namespace, r.kind, r.name): i for i, r in enumerate(rows)}
+    rs_owner = {(p.metadata.namespace, p.controller.name): workload_of(p) for p in objects.pods
+                if p.controller is not None and p.controller.kind == "ReplicaSet"}
+    for rejection in rejections(objects.events, objects.pods):
+        workload = rs_owner.get((rejection.namespace, rejection.owner_name)) if rejection.owner_kind == "ReplicaSet" \
+            else None
+        kind, name = (workload.kind, workload.name) if workload else (rejection.owner_kind, rejection.owner_name)
+        asked = rejection.gpus or _gpus_of_owner(objects.pods, rejection)
+        if asked is None:
+            continue  # not known to ask for GPUs
+        short = shortfalls(rejection, objects.quotas, objects.pods, objects.limit_ranges)
+        message = quota_message(rejection, short)
+        key = (rejection.namespace, kind, name)
+        if key in by_key:
+            i = by_key[key]
+            rows[i] = msgspec.structs.replace(rows[i], message=f"{rows[i].message}; more pods: {message}")
+            continue
+        rows.append(PendingRow(kind, rejection.namespace, name, 0, asked[1], asked[0], None,
+                               rfc3339(rejection.when), "ResourceQuota", "QuotaExceeded", message))
+    return rows
+
+
+def quota_message(rejection, short) -> str:
+    """``ResourceQuota research/gpu: requests.nvidia.com/gpu 4 of 8 used, 8 asked: raise it by 4``."""
+    parts = [f"{s.resource} {s.show(s.used)} of {s.show(s.hard)} used, {s.show(s.requested)} asked" for s in short]
+    raise_by = [f"{s.resource} by {s.show(s.raise_by)}" for s in short if s.raise_by > 0]
+    then = f"raise {', '.join(raise_by)}" if raise_by else (
+        f"it has room now: the {rejection.owner_kind} controller retries")
+    return (f"ResourceQuota {rejection.namespace}/{rejection.quota} refuses its pods "
+            f"({'; '.join(parts) or 'exceeded'}): {then}")
+
+
+def _gpus_of_owner(pods, rejection) -> tuple[str, int] | None:
+    """The GPUs asked by the controller's pods that exist, when the refusal does not name GPUs."""
+    for pod in pods:
+        owner = pod.controller
+        if owner is not None and pod.metadata.namespace == rejection.namespace and owner.name == \
+                rejection.owner_name and owner.kind == rejection.owner_kind:
+            asked = pod.spec.gpu_request()
+            if asked is not None:
+                return asked
+    return None
 
 
 def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:

@@ -29,11 +29,17 @@ class Workload:
 
 
 def workload_of(pod: Pod) -> Workload:
-    ns = pod.metadata.namespace
-    run = run_of(pod)
-    if run is not None:
+    meta = pod.metadata
+    ns = meta.namespace
+    run = meta.labels.get(RUN_LABEL)
+    owner = None
+    for ref in meta.owner_references:  # one pass: the Run among the owners, the controller
+        if ref.kind == "Run" and ref.api_version.startswith(RUN_GROUP):
+            run = run or ref.name
+        if ref.controller and owner is None:
+            owner = ref
+    if run:
         return Workload(ns, "Run", run)
-    owner = pod.controller
     if owner is None:
         return Workload(ns, "Pod", pod.metadata.name)
     suffix = pod.metadata.labels.get(TEMPLATE_HASH)

@@ -104,6 +104,8 @@ def rejections(events: tuple[Event, ...], pods: tuple[Pod, ...] = ()) -> tuple[Q
         key = (event.metadata.namespace, ref.kind, ref.name)
         if key not in newest or _order(event) >= _order(newest[key][0]):
             newest[key] = (event, parsed)
+    if not newest:
+        return ()
     created: dict[tuple[str, str, str], datetime] = {}
     for pod in pods:
         owner = pod.controller

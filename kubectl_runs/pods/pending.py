@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 import msgspec
@@ -135,7 +136,10 @@ def _row(workload: Workload, pods: list[tuple[Pod, tuple[str, int]]], reasons: l
     message = first.message if len(counts) == 1 else (
         f"{first.message} ({len(pods) - counts[code]} of {len(pods)} pods: another reason)")
     return PendingPodsRow(workload.kind, workload.namespace, workload.name, len(pods), gpus, resource,
-                          rfc3339(since), first.admitter, code, message, first.largest_block, first.free_gpus)
+                          _rfc3339(since), first.admitter, code, message, first.largest_block, first.free_gpus)
+
+
+_rfc3339 = lru_cache(maxsize=4096)(rfc3339)  # replicas are made at the same few instants
 
 
 def _oldest(times: Iterable[datetime | None]) -> datetime | None:

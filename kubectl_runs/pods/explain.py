@@ -19,6 +19,7 @@ from .reasons import reason
 from .verdict import scheduler_verdict
 
 NEAREST = 5  # nodes shown, nearest to fitting first
+NOT_CREATED = "NotCreated"  # the phase of a controller's pod that a ResourceQuota refused: it does not exist
 _STAGE = {"NodeUnschedulable": 0, "NodeName": 0, "TaintToleration": 1, "NodeAffinity": 2, "NodeResourcesFit": 3,
           "": 4}
 
@@ -176,9 +177,9 @@ def explain_refused(snapshot: Snapshot, rejection) -> ExplainPodReport:
     none = VerdictEntry(None, None, None)
     return ExplainPodReport(
         f"{rejection.namespace}/{rejection.pod or rejection.owner_name}",
-        f"{rejection.owner_kind}/{rejection.owner_name}", "NotCreated", DEFAULT_SCHEDULER, resource, gpus,
+        f"{rejection.owner_kind}/{rejection.owner_name}", NOT_CREATED, DEFAULT_SCHEDULER, resource, gpus,
         rfc3339(rejection.when), "QuotaExceeded", message, none, none, None, [],
-        Deficit(gpus, 0, 0, 0, "NotCreated"), [], raises, quota)
+        Deficit(gpus, 0, 0, 0, NOT_CREATED), [], raises, quota)
 
 
 def _deficit_kind(fits, eligible, gpus, free, block, biggest) -> str:

@@ -29,6 +29,11 @@ class Workload:
 
 
 def workload_of(pod: Pod) -> Workload:
+    return Workload(*workload_key(pod))
+
+
+def workload_key(pod: Pod) -> tuple[str, str, str]:
+    """(namespace, kind, name) of ``workload_of(pod)``, as a plain tuple (cheap to hash and sort)."""
     meta = pod.metadata
     ns = meta.namespace
     run = meta.labels.get(RUN_LABEL)
@@ -39,13 +44,13 @@ def workload_of(pod: Pod) -> Workload:
         if ref.controller and owner is None:
             owner = ref
     if run:
-        return Workload(ns, "Run", run)
+        return ns, "Run", run
     if owner is None:
-        return Workload(ns, "Pod", pod.metadata.name)
-    suffix = pod.metadata.labels.get(TEMPLATE_HASH)
+        return ns, "Pod", meta.name
+    suffix = meta.labels.get(TEMPLATE_HASH)
     if owner.kind == "ReplicaSet" and suffix and owner.name.endswith(f"-{suffix}"):
-        return Workload(ns, "Deployment", owner.name[: -len(suffix) - 1])
-    return Workload(ns, owner.kind or "Unknown", owner.name)
+        return ns, "Deployment", owner.name[: -len(suffix) - 1]
+    return ns, owner.kind or "Unknown", owner.name
 
 
 def run_of(pod: Pod) -> str | None:

@@ -22,7 +22,7 @@ from ..model import Node
 from ..timeutil import rfc3339
 from .fit import NodeUse, Shapes, fit, node_use, weighted_fit
 from .model import TERMINAL_PHASES, Pod
-from .owners import Workload, workload_of
+from .owners import Workload, workload_key, workload_of
 from .reasons import PodReason, reason
 
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
@@ -70,7 +70,8 @@ def one_pass(pods: Sequence[Pod]) -> tuple[dict[str, NodeUse], list[tuple[Pod, t
     counts: dict[str, int] = {}
     holders: dict[str, list[str]] = {}
     pending: list[tuple[Pod, tuple[str, int]]] = []
-    memo: dict[bytes, dict[str, int]] = {}  # one container's requests as written -> summed (replicas share them)
+    # one container's requests as written -> (summed, its GPUs): replicas share them
+    memo: dict[bytes, tuple[dict[str, int], tuple[str, int] | None]] = {}
     encode = msgspec.json.encode
     for pod in pods:
         spec = pod.spec
@@ -78,25 +79,28 @@ def one_pass(pods: Sequence[Pod]) -> tuple[dict[str, NodeUse], list[tuple[Pod, t
             continue
         if len(spec.containers) == 1 and not spec.init_containers and not spec.overhead:
             key = encode(spec.containers[0].resources.requests)
-            asked = memo.get(key)
-            if asked is None:
-                asked = memo[key] = spec.requests()
+            entry = memo.get(key)
+            if entry is None:
+                asked = spec.requests()
+                entry = memo[key] = (asked, spec.gpu_request(asked))
+            asked, gpus = entry
         else:
             asked = spec.requests()
+            gpus = spec.gpu_request(asked)
         name = spec.node_name
         if not name:
-            if pod.metadata.deletion_timestamp is None:
-                gpus = spec.gpu_request(asked)
-                if gpus is not None:
-                    pending.append((pod, gpus))
+            if gpus is not None and pod.metadata.deletion_timestamp is None:
+                pending.append((pod, gpus))
             continue
-        counts[name] = counts.get(name, 0) + 1
-        mine = requested.get(name)
-        if mine is None:
-            mine = requested[name] = {}
-        for resource, amount in asked.items():
-            mine[resource] = mine.get(resource, 0) + amount
-        if asked.get("nvidia.com/gpu") or asked.get("amd.com/gpu"):
+        if name in counts:
+            counts[name] += 1
+            mine = requested[name]
+            for resource, amount in asked.items():
+                mine[resource] = mine.get(resource, 0) + amount
+        else:
+            counts[name] = 1
+            requested[name] = dict(asked)
+        if gpus is not None:
             holders.setdefault(name, []).append(pod.key)
     use = {name: NodeUse(requested[name], n, tuple(sorted(holders.get(name, ())))) for name, n in counts.items()}
     return use, pending
@@ -108,9 +112,14 @@ def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node],
     node shape: ``weighted_fit``), and its reason reused."""
     if not pending:
         return ()
-    groups: dict[Workload, list[tuple[Pod, tuple[str, int]]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[Pod, tuple[str, int]]]] = {}
     for pod, gpus in pending:
-        groups.setdefault(workload_of(pod), []).append((pod, gpus))
+        key = workload_key(pod)
+        members = groups.get(key)
+        if members is None:
+            groups[key] = [(pod, gpus)]
+        else:
+            members.append((pod, gpus))
     shapes = Shapes(nodes, use)
     cache: dict[bytes, PodReason] = {}
     encode = msgspec.json.encode
@@ -122,8 +131,16 @@ def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node],
             found = cache[key] = reason(pod, *weighted_fit(pod.spec, shapes, use))
         return found
 
-    return tuple(_row(workload, members, [why(p) for p, _g in members])
-                 for workload, members in sorted(groups.items()))
+    def whys(members: list[tuple[Pod, tuple[str, int]]]) -> list[PodReason]:
+        out: list[PodReason] = []
+        last = None
+        for pod, _gpus in members:  # replicas: the same spec as the pod before, the same reason
+            if last is None or pod.spec != last.spec:
+                last, found = pod, why(pod)
+            out.append(found)
+        return out
+
+    return tuple(_row(Workload(*key), members, whys(members)) for key, members in sorted(groups.items()))
 
 
 def _row(workload: Workload, pods: list[tuple[Pod, tuple[str, int]]], reasons: list[PodReason]) -> PendingPodsRow:
@@ -376,9 +393,14 @@ def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, small
     if smallest == -1:
         smallest = min((p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)), default=None)
     total = by_leases = by_pods = free = large = 0
+    counted: dict[tuple, int] = {}  # (nvidia.com/gpu, amd.com/gpu) as written -> GPUs
     for node in snapshot.nodes:
         name = node.metadata.name
-        gpus = node.gpus
+        allocatable = node.status.allocatable
+        written = (allocatable.get("nvidia.com/gpu"), allocatable.get("amd.com/gpu"))
+        gpus = counted.get(written)
+        if gpus is None:
+            gpus = counted[written] = node.gpus
         held_there = use.get(name)
         pod_gpus = 0 if held_there is None else (held_there.requested.get("nvidia.com/gpu", 0)
                                                  + held_there.requested.get("amd.com/gpu", 0))

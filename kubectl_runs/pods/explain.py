@@ -13,8 +13,7 @@ from ..timeutil import rfc3339
 from .fit import AFFINITY, NodeFit, fit, fleet_fit, histogram, node_use, verdict
 from .model import DEFAULT_SCHEDULER, Event, Pod
 from .owners import workload_of
-from .pending import quota_message
-from .quota import rejections, shortfalls
+from .quota import quota_message, rejections, shortfalls
 from .reasons import reason
 from .verdict import scheduler_verdict
 

@@ -319,7 +319,7 @@ def _in_kueue_row(pod: Pod, in_row: tuple[set, set, set]) -> bool:
 def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
     """``rows`` with the controllers whose pods a ResourceQuota refuses (FailedCreate Events): a row of their own
     (``QuotaExceeded``, no pod created), or, when the controller has pending pods already, a word in their row."""
-    from .quota import rejections, shortfalls
+    from .quota import gpus_of_owner, quota_message, rejections, shortfalls
 
     objects = snapshot.pods
     refused = rejections(objects.events, objects.pods)
@@ -332,7 +332,7 @@ def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
         workload = rs_owner.get((rejection.namespace, rejection.owner_name)) if rejection.owner_kind == "ReplicaSet" \
             else None
         kind, name = (workload.kind, workload.name) if workload else (rejection.owner_kind, rejection.owner_name)
-        asked = rejection.gpus or _gpus_of_owner(objects.pods, rejection)
+        asked = rejection.gpus or gpus_of_owner(objects.pods, rejection)
         if asked is None:
             continue  # not known to ask for GPUs
         short = shortfalls(rejection, objects.quotas, objects.pods, objects.limit_ranges)
@@ -345,28 +345,6 @@ def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
         rows.append(PendingRow(kind, rejection.namespace, name, 0, asked[1], asked[0], None,
                                rfc3339(rejection.when), "ResourceQuota", "QuotaExceeded", message))
     return rows
-
-
-def quota_message(rejection, short) -> str:
-    """``ResourceQuota research/gpu: requests.nvidia.com/gpu 4 of 8 used, 8 asked: raise it by 4``."""
-    parts = [f"{s.resource} {s.show(s.used)} of {s.show(s.hard)} used, {s.show(s.requested)} asked" for s in short]
-    raise_by = [f"{s.resource} by {s.show(s.raise_by)}" for s in short if s.raise_by > 0]
-    then = f"raise {', '.join(raise_by)}" if raise_by else (
-        f"it has room now: the {rejection.owner_kind} controller retries")
-    return (f"ResourceQuota {rejection.namespace}/{rejection.quota} refuses its pods "
-            f"({'; '.join(parts) or 'exceeded'}): {then}")
-
-
-def _gpus_of_owner(pods, rejection) -> tuple[str, int] | None:
-    """The GPUs asked by the controller's pods that exist, when the refusal does not name GPUs."""
-    for pod in pods:
-        owner = pod.controller
-        if owner is not None and pod.metadata.namespace == rejection.namespace and owner.name == \
-                rejection.owner_name and owner.kind == rejection.owner_kind:
-            asked = pod.spec.gpu_request()
-            if asked is not None:
-                return asked
-    return None
 
 
 def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:

@@ -156,6 +156,28 @@ def shortfalls(rejection: QuotaRejection, quotas: tuple[ResourceQuota, ...], pod
     return tuple(out)
 
 
+def quota_message(rejection: QuotaRejection, short: tuple[Shortfall, ...]) -> str:
+    """``ResourceQuota research/gpu: requests.nvidia.com/gpu 4 of 8 used, 8 asked: raise it by 4``."""
+    parts = [f"{s.resource} {s.show(s.used)} of {s.show(s.hard)} used, {s.show(s.requested)} asked" for s in short]
+    raise_by = [f"{s.resource} by {s.show(s.raise_by)}" for s in short if s.raise_by > 0]
+    then = f"raise {', '.join(raise_by)}" if raise_by else (
+        f"it has room now: the {rejection.owner_kind} controller retries")
+    return (f"ResourceQuota {rejection.namespace}/{rejection.quota} refuses its pods "
+            f"({'; '.join(parts) or 'exceeded'}): {then}")
+
+
+def gpus_of_owner(pods: tuple[Pod, ...], rejection: QuotaRejection) -> tuple[str, int] | None:
+    """The GPUs asked by the controller's pods that exist, when the refusal does not name GPUs."""
+    for pod in pods:
+        owner = pod.controller
+        if owner is not None and pod.metadata.namespace == rejection.namespace and owner.name == \
+                rejection.owner_name and owner.kind == rejection.owner_kind:
+            asked = pod.spec.gpu_request()
+            if asked is not None:
+                return asked
+    return None
+
+
 def _unit(resource: str) -> str:
     """The resource a quota name counts (``requests.cpu``, ``limits.cpu`` and ``cpu`` count cpu)."""
     for prefix in ("requests.", "limits."):

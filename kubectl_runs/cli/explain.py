@@ -39,7 +39,9 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
 
     `explain pod NAME` explains a pending GPU pod: kube-scheduler's own verdict beside its filters recomputed here,
     node by node for the nodes nearest to fitting, the deficit (not enough GPUs anywhere, or fragmented), and
-    remedies that name the pods holding GPUs, the taint, the cordoned node or the label.
+    remedies that name the pods holding GPUs, the taint, the cordoned node or the label. NAME may be the pod's
+    workload (a Deployment, a Job, a Run…): its oldest pending pod, or, when a ResourceQuota refuses its pods, the
+    quota and how much to raise it.
 
     `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
     the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
@@ -53,6 +55,7 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
       kubectl runs explain workload a-eval-3 -n team-a
       kubectl runs explain kaiwojob mi-finetune -n team-b -o json
       kubectl runs explain pod research/train-0
+      kubectl runs explain pod research/train        # the Job train
     """
     if len(words) == 2 and words[0].lower() in POD_WORDS:
         return ExplainPodOptions(words[0].lower(), words[1]).run(ctx)

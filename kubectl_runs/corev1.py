@@ -120,6 +120,8 @@ class PodSpec(CoreRecord):
         """What the pod asks of a node, as kube-scheduler sums it (``resource.PodRequests``): the containers'
         requests added, each init container's taken as a peak (a sidecar's stays requested after it starts), the
         larger of the two, plus the overhead; cpu in millicores, memory in bytes, the rest in whole units."""
+        if not self.init_containers and not self.overhead and len(self.containers) == 1:  # the common case
+            return {r: quantity(v, r) for r, v in self.containers[0].resources.requests.items()}
         total: dict[str, int] = {}
         for container in self.containers:
             _add(total, container.resources.requests)
@@ -138,9 +140,10 @@ class PodSpec(CoreRecord):
         _add(total, self.overhead)
         return total
 
-    def gpu_request(self) -> tuple[str, int] | None:
-        """(resource, count) of the GPUs the pod asks for, or None."""
-        asked = self.requests()
+    def gpu_request(self, asked: dict[str, int] | None = None) -> tuple[str, int] | None:
+        """(resource, count) of the GPUs the pod asks for, or None (``asked``: ``requests()``, when known)."""
+        if asked is None:
+            asked = self.requests()
         for resource in GPU_RESOURCES:
             if asked.get(resource):
                 return resource, asked[resource]

@@ -39,7 +39,9 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
 
     `explain pod NAME` explains a pending GPU pod: kube-scheduler's own verdict beside its filters recomputed here,
     node by node for the nodes nearest to fitting, the deficit (not enough GPUs anywhere, or fragmented), and
-    remedies that name the pods holding GPUs, the taint, the cordoned node or the label.
+    remedies that name the pods holding GPUs, the taint, the cordoned node or the label. NAME may be the pod's
+    workload (a Deployment, a Job, a Run…): its oldest pending pod, or, when a ResourceQuota refuses its pods, the
+    quota and how much to raise it.
 
     `explain workload NAME` and `explain kaiwojob NAME` explain a Kueue Workload instead (a KaiwoJob through
     the Workload Kaiwo made for it): the GPUs it asks, the flavor it may use and why the others were ruled out,
@@ -53,6 +55,7 @@ def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
       kubectl runs explain workload a-eval-3 -n team-a
       kubectl runs explain kaiwojob mi-finetune -n team-b -o json
       kubectl runs explain pod research/train-0
+      kubectl runs explain pod research/train        # the Job train
     """
     if len(words) == 2 and words[0].lower() in POD_WORDS:
         return ExplainPodOptions(words[0].lower(), words[1]).run(ctx)
@@ -123,13 +126,40 @@ class ExplainPodOptions(Command):
 
     def evaluate(self, snapshot: Snapshot) -> Document:
         from ..pods.explain import explain_pod
+        from ..pods.model import Pod
         from ..views.pod import pod_document
 
-        pod = self.opts.find("pod", self.name, {p.key: p for p in snapshot.pods.pods})
+        pods = {p.key: p for p in snapshot.pods.pods}
+        namespace, short = self.opts.object_ref("pod", self.name)
+        if not (namespace is not None and f"{namespace}/{short}" in pods):
+            by_workload = _workload_target(snapshot, namespace, short)
+            if by_workload is not None:
+                if not isinstance(by_workload, Pod):
+                    from ..pods.explain import explain_refused
+
+                    return pod_document(explain_refused(snapshot, by_workload))
+                pods = {**pods, f"{namespace or by_workload.metadata.namespace}/{short}": by_workload}
+        pod = self.opts.find("pod", self.name, pods)
         events = ()
         if not self.opts.snapshots:  # live: the pod's FailedScheduling Events (a snapshot holds its own)
             events = _scheduling_events(self.opts, pod)
         return pod_document(explain_pod(snapshot, pod, events))
+
+
+def _workload_target(snapshot: Snapshot, namespace: str | None, name: str):
+    """``explain pod WORKLOAD``: the workload's oldest pending GPU pod, else (no pod of it exists) its controller's
+    quota refusal (kubectl_runs.pods.quota), else None."""
+    from ..pods.owners import workload_of
+    from ..pods.pending import is_pending_gpu_pod
+    from ..pods.quota import rejections
+
+    mine = [p for p in snapshot.pods.pods if is_pending_gpu_pod(p) and workload_of(p).name == name
+            and namespace in (None, p.metadata.namespace)]
+    if mine:
+        return min(mine, key=lambda p: (p.metadata.creation_timestamp is None, p.metadata.creation_timestamp
+                                        or 0, p.metadata.name))
+    return next((r for r in rejections(snapshot.pods.events, snapshot.pods.pods)
+                 if r.owner_name == name and namespace in (None, r.namespace)), None)
 
 
 def _scheduling_events(opts, pod) -> tuple:

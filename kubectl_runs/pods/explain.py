@@ -11,12 +11,14 @@ from ..engine.reports import Value
 from ..model import Snapshot
 from ..timeutil import rfc3339
 from .fit import AFFINITY, NodeFit, fit, fleet_fit, histogram, node_use, verdict
-from .model import Event, Pod
+from .model import DEFAULT_SCHEDULER, Event, Pod
 from .owners import workload_of
+from .quota import quota_message, rejections, shortfalls
 from .reasons import reason
 from .verdict import scheduler_verdict
 
 NEAREST = 5  # nodes shown, nearest to fitting first
+NOT_CREATED = "NotCreated"  # the phase of a controller's pod that a ResourceQuota refused: it does not exist
 _STAGE = {"NodeUnschedulable": 0, "NodeName": 0, "TaintToleration": 1, "NodeAffinity": 2, "NodeResourcesFit": 3,
           "": 4}
 
@@ -52,8 +54,23 @@ class Deficit(Value):
 
 
 class PodRemedy(Value):
-    kind: str  # FreeGPUs, Tolerate, Uncordon, MatchSelector, ShrinkRequest, WaitForScheduler
+    kind: str  # FreeGPUs, Tolerate, Uncordon, MatchSelector, ShrinkRequest, WaitForScheduler, RaiseQuota
     message: str
+    object: str | None = None  # RaiseQuota: the ResourceQuota (namespace/name)
+    amount: str | None = None  # RaiseQuota: how much its hard limit must grow (``requests.nvidia.com/gpu=4``)
+
+
+class QuotaEntry(Value):
+    """One resource of a ResourceQuota that refused the pod's controller a pod (its FailedCreate Event), as the
+    quota stands now."""
+
+    quota: str  # namespace/name
+    resource: str  # as the quota names it: requests.nvidia.com/gpu, requests.cpu, pods…
+    hard: str
+    used: str
+    requested: str  # by one pod
+    raise_by: str  # "0": it has room now
+    event: str  # the FailedCreate message, as the controller wrote it
 
 
 class ExplainPodReport(Value):
@@ -73,6 +90,7 @@ class ExplainPodReport(Value):
     deficit: Deficit
     nodes: list[NodeEntry]
     remedies: list[PodRemedy]
+    quota: list[QuotaEntry]  # the ResourceQuota refusals of its controller's pods (FailedCreate Events)
 
 
 def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) -> ExplainPodReport:
@@ -83,6 +101,9 @@ def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) ->
     why = reason(pod, fits)
     resource, gpus = pod.spec.gpu_request() or (None, 0)
     theirs = scheduler_verdict(pod, (*snapshot.pods.events, *events))
+    owner = workload_of(pod)
+    quota, raises = _quota_of(snapshot, refusal_of(snapshot, owner.namespace, owner.kind, owner.name)
+                              if pod.controller is not None else None)
     ours_text = verdict(fits)
     ours = histogram(fits)
     reasons = sorted(set(ours) | set(theirs.counts if theirs else {}))
@@ -105,11 +126,59 @@ def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) ->
                        list(use[f.node].holders) if f.node in use else [])
              for f in nearest[:NEAREST]]
     return ExplainPodReport(
-        pod.key, f"{workload_of(pod).kind}/{workload_of(pod).name}", pod.status.phase, pod.scheduler, resource, gpus,
+        pod.key, f"{owner.kind}/{owner.name}", pod.status.phase, pod.scheduler, resource, gpus,
         rfc3339(pod.metadata.creation_timestamp), why.code, why.message,
         VerdictEntry(theirs.message, theirs.source, theirs.nodes) if theirs else VerdictEntry(None, None, None),
         VerdictEntry(ours_text, "recomputed", len(fits)), agrees, rows, deficit, nodes,
-        _remedies(snapshot, pod, fits, eligible, use, resource, gpus, deficit))
+        _remedies(snapshot, pod, fits, eligible, use, resource, gpus, deficit) + raises, quota)
+
+
+def _quota_of(snapshot: Snapshot, rejection) -> tuple[list[QuotaEntry], list[PodRemedy]]:
+    """The quota entries and the RaiseQuota remedies of one refusal (None: none)."""
+    if rejection is None:
+        return [], []
+    objects = snapshot.pods
+    short = shortfalls(rejection, objects.quotas, objects.pods, objects.limit_ranges)
+    entries = [QuotaEntry(s.quota, s.resource, s.show(s.hard), s.show(s.used), s.show(s.requested),
+                          s.show(s.raise_by), rejection.message) for s in short]
+    grow = [s for s in short if s.raise_by > 0]
+    if not grow:
+        return entries, [PodRemedy("WaitForController", f"ResourceQuota {rejection.namespace}/{rejection.quota} has "
+                                                        f"room now: the {rejection.owner_kind} controller retries "
+                                                        f"creating the pod", f"{rejection.namespace}/{rejection.quota}")]
+    amount = ",".join(f"{s.resource}={s.show(s.raise_by)}" for s in grow)
+    detail = "; ".join(f"{s.resource} from {s.show(s.hard)} to {s.show(s.used + s.requested)} ({s.show(s.used)} "
+                       f"used, {s.show(s.requested)} asked by one pod)" for s in grow)
+    return entries, [PodRemedy("RaiseQuota", f"raise ResourceQuota {rejection.namespace}/{rejection.quota}: {detail}",
+                               f"{rejection.namespace}/{rejection.quota}", amount)]
+
+
+def refusal_of(snapshot: Snapshot, namespace: str, kind: str, name: str):
+    """The current quota refusal of the controller ``kind``/``name`` (a Deployment: of its ReplicaSets), or None."""
+    for rejection in rejections(snapshot.pods.events, snapshot.pods.pods):
+        if rejection.namespace != namespace:
+            continue
+        if rejection.owner_kind == kind and rejection.owner_name == name:
+            return rejection
+        if kind == "Deployment" and rejection.owner_kind == "ReplicaSet" and \
+                rejection.owner_name.startswith(f"{name}-"):
+            return rejection
+    return None
+
+
+def explain_refused(snapshot: Snapshot, rejection) -> ExplainPodReport:
+    """A controller's pod that a ResourceQuota refused: no pod exists, so no scheduler has judged it; the report
+    names the quota and by how much to raise it."""
+    quota, raises = _quota_of(snapshot, rejection)
+    resource, gpus = rejection.gpus or (None, 0)
+    message = quota_message(rejection, shortfalls(rejection, snapshot.pods.quotas, snapshot.pods.pods,
+                                                  snapshot.pods.limit_ranges))
+    none = VerdictEntry(None, None, None)
+    return ExplainPodReport(
+        f"{rejection.namespace}/{rejection.pod or rejection.owner_name}",
+        f"{rejection.owner_kind}/{rejection.owner_name}", NOT_CREATED, DEFAULT_SCHEDULER, resource, gpus,
+        rfc3339(rejection.when), "QuotaExceeded", message, none, none, None, [],
+        Deficit(gpus, 0, 0, 0, NOT_CREATED), [], raises, quota)
 
 
 def _deficit_kind(fits, eligible, gpus, free, block, biggest) -> str:

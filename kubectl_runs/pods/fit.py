@@ -11,10 +11,12 @@ Pure functions over records: a pod's spec, the Nodes, and the pods bound to them
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..corev1 import PodSpec, Toleration, quantity, untolerated
+import msgspec
+
+from ..corev1 import GPU_RESOURCES, PodSpec, Toleration, quantity, untolerated
 from ..model import Node
 from .model import Pod
 
@@ -59,20 +61,22 @@ class NodeFit:
         return not self.reasons
 
 
-def node_use(pods: Iterable[Pod]) -> dict[str, NodeUse]:
-    """Per node name, the requests of the pods the scheduler counts there (bound, not finished)."""
+def node_use(pods: Sequence[Pod], requests: Sequence[dict[str, int]] | None = None) -> dict[str, NodeUse]:
+    """Per node name, the requests of the pods the scheduler counts there (bound, not finished); ``requests``:
+    each pod's ``spec.requests()``, in the pods' order, when already known."""
     requested: dict[str, dict[str, int]] = {}
     counts: Counter[str] = Counter()
     holders: dict[str, list[str]] = {}
-    for pod in pods:
+    for i, pod in enumerate(pods):
         if not pod.holds_node:
             continue
         name = pod.spec.node_name
         counts[name] += 1
         mine = requested.setdefault(name, {})
-        for resource, amount in pod.spec.requests().items():
+        asked = pod.spec.requests() if requests is None else requests[i]
+        for resource, amount in asked.items():
             mine[resource] = mine.get(resource, 0) + amount
-        if pod.spec.gpu_request() is not None:
+        if any(asked.get(r) for r in GPU_RESOURCES):
             holders.setdefault(name, []).append(pod.key)
     return {name: NodeUse(requested.get(name, {}), counts[name], tuple(sorted(holders.get(name, ()))))
             for name in counts}
@@ -160,25 +164,88 @@ def fleet_fit(spec: PodSpec, nodes: Iterable[Node], pods: Iterable[Pod],
     return tuple(out)
 
 
+def weighted_fit(spec: PodSpec, shapes: Shapes, use: dict[str, NodeUse]) -> tuple[list[NodeFit], list[int]]:
+    """For counting, not for naming nodes: the filters before resources judged once per static shape (on its first
+    node); the nodes of the shapes that pass, pooled by room, NodeResourcesFit judged once per room (on its first
+    node); each fit with the number of nodes it stands for. The same counts as ``fleet_fit`` (a unit test holds
+    it so)."""
+    if spec.node_name:  # NodeName tells nodes apart by name
+        fits = fleet_fit(spec, shapes.nodes, (), use=use)
+        return list(fits), [1] * len(fits)
+    nodes = shapes.nodes
+    fits: list[NodeFit] = []
+    weights: list[int] = []
+    passing = []
+    for static, first in enumerate(shapes.static_first):
+        turned = before_resources(spec, nodes[first])
+        if turned is None:
+            passing.append(static)
+        else:
+            fits.append(turned)
+            weights.append(shapes.static_nodes[static])
+    if len(passing) * 2 > len(shapes.static_first):  # most pass: every room, less the rooms of those that fail
+        pooled = dict(shapes.room_nodes)
+        keep = set(passing)
+        for static in range(len(shapes.static_first)):
+            if static not in keep:
+                for room, count in shapes.static_rooms[static].items():
+                    pooled[room] -= count
+    else:
+        pooled = {}
+        for static in passing:
+            for room, count in shapes.static_rooms[static].items():
+                pooled[room] = pooled.get(room, 0) + count
+    asked = spec.requests()
+    for room, count in pooled.items():
+        if count:
+            node = nodes[shapes.room_first[room]]
+            fits.append(resources_fit(node, use.get(node.metadata.name), asked))
+            weights.append(count)
+    return fits, weights
+
+
 class Shapes:
     """The nodes, each with its static shape (a number for its labels, taints and cordon: what the filters before
     resources read) and its room (a number for what each resource offers and has left, and whether one more pod
-    may run: what NodeResourcesFit reads)."""
+    may run: what NodeResourcesFit reads); per static shape its first node, its number of nodes and its nodes per
+    room; per room its first node and its number of nodes."""
 
     def __init__(self, nodes: Iterable[Node], use: dict[str, NodeUse]):
         self.nodes = tuple(nodes)
+        encode = msgspec.json.encode
         outside: dict[tuple, int] = {}
         inside: dict[tuple, int] = {}
         statics, rooms = [], []
-        for node in self.nodes:
-            held = use.get(node.metadata.name) or NodeUse()
-            static = (tuple(sorted(node.metadata.labels.items())), node.spec.taints, node.spec.unschedulable)
-            statics.append(outside.setdefault(static, len(outside)))
-            offered = {r: quantity(v, r) for r, v in node.status.allocatable.items()}
-            left = tuple(sorted((r, offered.get(r, 0), offered.get(r, 0) - held.requested.get(r, 0))
-                                for r in {*offered, *held.requested}))
-            pods_ok = "pods" not in offered or held.pods + 1 <= offered["pods"]
-            rooms.append(inside.setdefault((left, "pods" in offered, pods_ok), len(inside)))
+        self.static_first: list[int] = []
+        self.static_nodes: list[int] = []
+        self.static_rooms: list[dict[int, int]] = []
+        self.room_first: list[int] = []
+        self.room_nodes: dict[int, int] = {}
+        empty = NodeUse()
+        for i, node in enumerate(self.nodes):
+            held = use.get(node.metadata.name) or empty
+            # equal keys mean equal inputs to the filters (two orders of the same labels only judge twice)
+            static_key = (encode(node.metadata.labels), node.spec.taints, node.spec.unschedulable)
+            static = outside.get(static_key)
+            if static is None:
+                static = outside[static_key] = len(self.static_first)
+                self.static_first.append(i)
+                self.static_nodes.append(0)
+                self.static_rooms.append({})
+            allocatable = node.status.allocatable
+            room_key = (encode(allocatable), encode(held.requested),
+                        "pods" not in allocatable or held.pods + 1 <= quantity(allocatable["pods"], "pods"))
+            room = inside.get(room_key)
+            if room is None:
+                room = inside[room_key] = len(self.room_first)
+                self.room_first.append(i)
+                self.room_nodes[room] = 0
+            statics.append(static)
+            rooms.append(room)
+            self.static_nodes[static] += 1
+            by_room = self.static_rooms[static]
+            by_room[room] = by_room.get(room, 0) + 1
+            self.room_nodes[room] += 1
         self.statics = tuple(statics)
         self.rooms = tuple(rooms)
 

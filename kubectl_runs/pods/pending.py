@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 import msgspec
@@ -19,13 +20,16 @@ import msgspec
 from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
-from .fit import NodeUse, Shapes, fit, fleet_fit, node_use
-from .model import Pod
-from .owners import Workload, workload_of
+from .fit import NodeUse, Shapes, fit, node_use, weighted_fit
+from .model import TERMINAL_PHASES, Pod
+from .owners import Workload, workload_key, workload_of
 from .reasons import PodReason, reason
 
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+
 ReasonCode = Literal["SchedulingGated", "OtherScheduler", "Fits", "Cordoned", "UntoleratedTaint", "NodeSelector",
-                     "ExceedsNodeCapacity", "Fragmented", "InsufficientGPU", "InsufficientResources"]
+                     "ExceedsNodeCapacity", "Fragmented", "InsufficientGPU", "InsufficientResources",
+                     "QuotaExceeded"]
 GPUResource = Literal["nvidia.com/gpu", "amd.com/gpu"]
 
 
@@ -46,44 +50,113 @@ class PendingPodsRow(Value):
     free_gpus: int  # free GPUs of that resource on all nodes its pods may use
 
 
-def is_pending_gpu_pod(pod: Pod) -> bool:
+def is_pending_gpu_pod(pod: Pod, asked: dict[str, int] | None = None) -> bool:
+    """``asked``: the pod's ``spec.requests()``, when already known."""
     return (not pod.bound and not pod.terminal and pod.metadata.deletion_timestamp is None
-            and pod.spec.gpu_request() is not None)
+            and pod.spec.gpu_request(asked) is not None)
 
 
-def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node],
-                     use: dict[str, NodeUse] | None = None) -> tuple[PendingPodsRow, ...]:
+def pending_pod_rows(pods: Sequence[Pod], nodes: Sequence[Node], use: dict[str, NodeUse] | None = None
+                     ) -> tuple[PendingPodsRow, ...]:
     """The rows, sorted by namespace, kind and name (``use``: ``node_use(pods)``, when already known)."""
-    use = node_use(pods) if use is None else use
+    pass_use, pending = one_pass(pods)
+    return _pod_rows(pending, nodes, pass_use if use is None else use)
+
+
+def one_pass(pods: Sequence[Pod]) -> tuple[dict[str, NodeUse], list[tuple[Pod, tuple[str, int]]]]:
+    """One pass over the pods, each pod's requests summed once: ``node_use`` of the pods, and the pending GPU pods
+    with their (GPU resource, GPUs)."""
+    requested: dict[str, dict[str, int]] = {}
+    counts: dict[str, int] = {}
+    holders: dict[str, list[str]] = {}
+    pending: list[tuple[Pod, tuple[str, int]]] = []
+    # one container's requests as written -> (summed, its GPUs): replicas share them
+    memo: dict[bytes, tuple[dict[str, int], tuple[str, int] | None]] = {}
+    encode = msgspec.json.encode
+    for pod in pods:
+        spec = pod.spec
+        if pod.status.phase in TERMINAL_PHASES:
+            continue
+        if len(spec.containers) == 1 and not spec.init_containers and not spec.overhead:
+            key = encode(spec.containers[0].resources.requests)
+            entry = memo.get(key)
+            if entry is None:
+                asked = spec.requests()
+                entry = memo[key] = (asked, spec.gpu_request(asked))
+            asked, gpus = entry
+        else:
+            asked = spec.requests()
+            gpus = spec.gpu_request(asked)
+        name = spec.node_name
+        if not name:
+            if gpus is not None and pod.metadata.deletion_timestamp is None:
+                pending.append((pod, gpus))
+            continue
+        if name in counts:
+            counts[name] += 1
+            mine = requested[name]
+            for resource, amount in asked.items():
+                mine[resource] = mine.get(resource, 0) + amount
+        else:
+            counts[name] = 1
+            requested[name] = dict(asked)
+        if gpus is not None:
+            holders.setdefault(name, []).append(pod.key)
+    use = {name: NodeUse(requested[name], n, tuple(sorted(holders.get(name, ())))) for name, n in counts.items()}
+    return use, pending
+
+
+def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node], use: dict[str, NodeUse]
+              ) -> tuple[PendingPodsRow, ...]:
+    """Replicas of one template have equal specs: each distinct spec is judged once against the nodes (once per
+    node shape: ``weighted_fit``), and its reason reused."""
+    if not pending:
+        return ()
+    groups: dict[tuple[str, str, str], list[tuple[Pod, tuple[str, int]]]] = {}
+    for pod, gpus in pending:
+        key = workload_key(pod)
+        members = groups.get(key)
+        if members is None:
+            groups[key] = [(pod, gpus)]
+        else:
+            members.append((pod, gpus))
     shapes = Shapes(nodes, use)
     cache: dict[bytes, PodReason] = {}
+    encode = msgspec.json.encode
 
     def why(pod: Pod) -> PodReason:
-        key = msgspec.json.encode(pod.spec)
-        if key not in cache:
-            fits = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes, named=False)
-            cache[key] = reason(pod, fits)
-        return cache[key]
+        key = encode(pod.spec)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = reason(pod, *weighted_fit(pod.spec, shapes, use))
+        return found
 
-    groups: dict[Workload, list[Pod]] = {}
-    for pod in pods:
-        if is_pending_gpu_pod(pod):
-            groups.setdefault(workload_of(pod), []).append(pod)
-    return tuple(_row(workload, members, [why(p) for p in members]) for workload, members in sorted(groups.items()))
+    def whys(members: list[tuple[Pod, tuple[str, int]]]) -> list[PodReason]:
+        out: list[PodReason] = []
+        last = None
+        for pod, _gpus in members:  # replicas: the same spec as the pod before, the same reason
+            if last is None or pod.spec != last.spec:
+                last, found = pod, why(pod)
+            out.append(found)
+        return out
+
+    return tuple(_row(Workload(*key), members, whys(members)) for key, members in sorted(groups.items()))
 
 
-def _row(workload: Workload, pods: list[Pod], reasons: list[PodReason]) -> PendingPodsRow:
-    commonest = Counter(r.code for r in reasons).most_common()
-    code = sorted(commonest, key=lambda kv: (-kv[1], kv[0]))[0][0]
+def _row(workload: Workload, pods: list[tuple[Pod, tuple[str, int]]], reasons: list[PodReason]) -> PendingPodsRow:
+    counts = Counter(r.code for r in reasons)
+    code = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     first = next(r for r in reasons if r.code == code)
-    resource, _gpus = pods[0].spec.gpu_request() or ("nvidia.com/gpu", 0)
-    gpus = sum((p.spec.gpu_request() or ("", 0))[1] for p in pods)
-    since = _oldest(p.metadata.creation_timestamp for p in pods)
-    message = first.message if len(commonest) == 1 else (
-        f"{first.message} ({len(pods) - sum(1 for r in reasons if r.code == code)} of {len(pods)} pods: another "
-        f"reason)")
+    resource = pods[0][1][0]
+    gpus = sum(g for _p, (_r, g) in pods)
+    since = _oldest(p.metadata.creation_timestamp for p, _g in pods)
+    message = first.message if len(counts) == 1 else (
+        f"{first.message} ({len(pods) - counts[code]} of {len(pods)} pods: another reason)")
     return PendingPodsRow(workload.kind, workload.namespace, workload.name, len(pods), gpus, resource,
-                          rfc3339(since), first.admitter, code, message, first.largest_block, first.free_gpus)
+                          _rfc3339(since), first.admitter, code, message, first.largest_block, first.free_gpus)
+
+
+_rfc3339 = lru_cache(maxsize=4096)(rfc3339)  # replicas are made at the same few instants
 
 
 def _oldest(times: Iterable[datetime | None]) -> datetime | None:
@@ -118,13 +191,13 @@ class PendingRow(Value):
     kind: str  # Run, or the pods' workload: Deployment, Job, RayCluster, …, Pod
     namespace: str
     name: str
-    pods: int  # pending pods (0 for a Run: jobtree places its GPUs, not pods)
+    pods: int  # pending pods (a Run: its pods labelled jobtree.dev/run; a quota refusal: 0, none was created)
     gpus: int  # GPUs still asked for: a Run's need, the pods' requests together
     gpu_resource: GPUResource | None  # the pods' GPU resource; null for a Run (its flavor says it)
     flavor: str | None  # a Run's gpuType; null for pods
     waiting_since: str | None
-    admitted_by: str  # jobtree, kube-scheduler, Kueue, or the other scheduler's name
-    reason: str  # a Run's plan reason code, or a pod ReasonCode
+    admitted_by: str  # jobtree, kube-scheduler, Kueue, ResourceQuota (its pods are refused), another scheduler
+    reason: str  # a Run's plan reason code, a Kueue Workload's code, or a pod ReasonCode
     message: str
 
 
@@ -156,13 +229,23 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                rfc3339(run.metadata.creation_timestamp), "jobtree",
                                first.code if first else "Startable",
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
-    rows += workload_rows(snapshot)
-    admitted_by_kueue = {o.uid for w in snapshot.queues.workloads for o in w.metadata.owner_references if o.uid}
-    use = node_use(pods)
-    pods = [p for p in pods if p.metadata.uid not in admitted_by_kueue]  # counted in their Workload's row
-    for row in pending_pod_rows(pods, snapshot.nodes, use):
+    kueue_rows = workload_rows(snapshot)
+    rows += kueue_rows
+    use, pending = one_pass(pods)  # each pod's requests summed once, for everything below
+    smallest = min((g for _p, (_r, g) in pending), default=None)
+    if kueue_rows:  # a pod of a Workload that has a row is counted there
+        in_row = _kueue_row_pods(snapshot.queues.workloads, kueue_rows)
+        pending = [(p, g) for p, g in pending if not _in_kueue_row(p, in_row)]
+    runs = {(r.namespace, r.name): i for i, r in enumerate(rows) if r.kind == "Run"}
+    pod_rows = _pod_rows(pending, snapshot.nodes, use)
+    for row in pod_rows:
+        if row.kind == "Run" and (row.namespace, row.name) in runs:  # the Run's own row counts its pods
+            i = runs[(row.namespace, row.name)]
+            rows[i] = msgspec.structs.replace(rows[i], pods=row.pods)
+            continue
         rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                                row.waiting_since, row.admitted_by, row.reason, row.message))
+    rows = quota_rows(snapshot, rows)
     if namespace is not None:
         rows = [r for r in rows if r.namespace == namespace]
     if flavor is not None:
@@ -172,7 +255,7 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                  for w in [workload_of(p)] if _may_use(p, flavored, snapshot.nodes)}
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
-    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use), rows, _reason_counts(rows))
+    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use, smallest), rows, _reason_counts(rows))
 
 
 def workload_rows(snapshot) -> list[PendingRow]:
@@ -210,6 +293,60 @@ def workload_rows(snapshot) -> list[PendingRow]:
     return rows
 
 
+def _kueue_row_pods(workloads, kueue_rows: list[PendingRow]) -> tuple[set, set, set]:
+    """(uids, (namespace, pod name)s, (namespace, group)s) of the pods of the Kueue Workloads that have a row:
+    owned by uid or by name, or in a pod group named as the Workload. Pods of an admitted Workload are
+    kube-scheduler's again: they get rows of their own."""
+    pending = {(r.namespace, r.name) for r in kueue_rows}
+    uids, names = set(), set()
+    for workload in workloads:
+        if (workload.namespace, workload.name) in pending:
+            for owner in workload.metadata.owner_references:
+                if owner.uid:
+                    uids.add(owner.uid)
+                if owner.kind == "Pod":
+                    names.add((workload.namespace, owner.name))
+    return uids, names, pending
+
+
+def _in_kueue_row(pod: Pod, in_row: tuple[set, set, set]) -> bool:
+    uids, names, groups = in_row
+    meta = pod.metadata
+    return (bool(meta.uid) and meta.uid in uids) or (meta.namespace, meta.name) in names or \
+        (meta.namespace, meta.labels.get(KUEUE_POD_GROUP, "")) in groups
+
+
+def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
+    """``rows`` with the controllers whose pods a ResourceQuota refuses (FailedCreate Events): a row of their own
+    (``QuotaExceeded``, no pod created), or, when the controller has pending pods already, a word in their row."""
+    from .quota import gpus_of_owner, quota_message, rejections, shortfalls
+
+    objects = snapshot.pods
+    refused = rejections(objects.events, objects.pods)
+    if not refused:
+        return rows
+    by_key = {(r.namespace, r.kind, r.name): i for i, r in enumerate(rows)}
+    rs_owner = {(p.metadata.namespace, owner.name): workload_of(p) for p in objects.pods
+                for owner in [p.controller] if owner is not None and owner.kind == "ReplicaSet"}
+    for rejection in refused:
+        workload = rs_owner.get((rejection.namespace, rejection.owner_name)) if rejection.owner_kind == "ReplicaSet" \
+            else None
+        kind, name = (workload.kind, workload.name) if workload else (rejection.owner_kind, rejection.owner_name)
+        asked = rejection.gpus or gpus_of_owner(objects.pods, rejection)
+        if asked is None:
+            continue  # not known to ask for GPUs
+        short = shortfalls(rejection, objects.quotas, objects.pods, objects.limit_ranges)
+        message = quota_message(rejection, short)
+        key = (rejection.namespace, kind, name)
+        if key in by_key:
+            i = by_key[key]
+            rows[i] = msgspec.structs.replace(rows[i], message=f"{rows[i].message}; more pods: {message}")
+            continue
+        rows.append(PendingRow(kind, rejection.namespace, name, 0, asked[1], asked[0], None,
+                               rfc3339(rejection.when), "ResourceQuota", "QuotaExceeded", message))
+    return rows
+
+
 def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
     """A node of the flavor offers the pod's GPU resource and passes the filters before resources (cordon,
     taints, selector and affinity)."""
@@ -222,24 +359,34 @@ def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
     return False
 
 
-def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None) -> GPUHeadline:
+def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, smallest: int | None = -1
+             ) -> GPUHeadline:
+    """``use``: ``node_use`` of the snapshot's pods; ``smallest``: the smallest pending pod's GPUs (None: no pod
+    is pending) — when already known."""
     leased: Counter[str] = Counter()
     for lease in open_leases:
         for slot in lease.spec.slice.slots:
             leased[slot.partition("#")[0]] += 1
     use = node_use(snapshot.pods.pods) if use is None else use
-    pending_sizes = [p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)]
-    smallest = min(pending_sizes) if pending_sizes else None
+    if smallest == -1:
+        smallest = min((p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)), default=None)
     total = by_leases = by_pods = free = large = 0
+    counted: dict[tuple, int] = {}  # (nvidia.com/gpu, amd.com/gpu) as written -> GPUs
     for node in snapshot.nodes:
         name = node.metadata.name
-        gpus = node.gpus
-        pod_gpus = sum(amount for resource, amount in (use[name].requested.items() if name in use else ())
-                       if resource in ("nvidia.com/gpu", "amd.com/gpu"))
-        held = max(leased[name], pod_gpus)
+        allocatable = node.status.allocatable
+        written = (allocatable.get("nvidia.com/gpu"), allocatable.get("amd.com/gpu"))
+        gpus = counted.get(written)
+        if gpus is None:
+            gpus = counted[written] = node.gpus
+        held_there = use.get(name)
+        pod_gpus = 0 if held_there is None else (held_there.requested.get("nvidia.com/gpu", 0)
+                                                 + held_there.requested.get("amd.com/gpu", 0))
+        on_leases = leased.get(name, 0)
+        held = max(on_leases, pod_gpus)
         total += gpus
-        by_leases += min(leased[name], gpus)
-        by_pods += max(0, min(held, gpus) - min(leased[name], gpus))
+        by_leases += min(on_leases, gpus)
+        by_pods += max(0, min(held, gpus) - min(on_leases, gpus))
         left = max(0, gpus - held)
         free += left
         if smallest is not None and left >= smallest:

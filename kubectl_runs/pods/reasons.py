@@ -36,35 +36,41 @@ class PodReason:
     free_gpus: int = 0  # free GPUs of that resource on all the nodes it may use, together
 
 
-def reason(pod: Pod, fits: Sequence[NodeFit]) -> PodReason:
-    """The reason ``pod`` (pending, asking for GPUs) waits, given its fits against every node."""
+def reason(pod: Pod, fits: Sequence[NodeFit], weights: Sequence[int] | None = None) -> PodReason:
+    """The reason ``pod`` (pending, asking for GPUs) waits, given its fits against every node (``weights``: each
+    fit stands for that many nodes, as ``fit.weighted_fit`` gives them; else each is one node, and fits shared
+    by several nodes are counted once with their number)."""
     gates = [g.name for g in pod.spec.scheduling_gates]
     if gates:
         admitter = "Kueue" if KUEUE_GATE in gates else "kube-scheduler"
         return PodReason("SchedulingGated", f"held by scheduling gate {', '.join(sorted(gates))}", admitter)
     if pod.scheduler != "default-scheduler":
         return PodReason("OtherScheduler", f"scheduled by {pod.scheduler}, not kube-scheduler", pod.scheduler)
+    weighted = _collapse(fits) if weights is None else list(zip(fits, weights, strict=True))
     asked = pod.spec.gpu_request()
     resource, gpus = asked if asked is not None else ("nvidia.com/gpu", 0)
-    fitting = [f for f in fits if f.fits]
-    eligible = [f for f in fits if f.fits or f.filter == "NodeResourcesFit"]
-    blocks = [f.free.get(resource, 0) for f in eligible]
-    largest, together = max(blocks, default=0), sum(max(b, 0) for b in blocks)
+    fitting = sum(n for f, n in weighted if f.fits)
+    eligible = [(f, n) for f, n in weighted if f.fits or f.filter == "NodeResourcesFit"]
+    largest = max((f.free.get(resource, 0) for f, _n in eligible), default=0)
+    together = sum(max(f.free.get(resource, 0), 0) * n for f, n in eligible)
     if fitting:
-        return PodReason("Fits", f"fits on {len(fitting)} node(s) now; kube-scheduler has not bound it yet",
+        return PodReason("Fits", f"fits on {fitting} node(s) now; kube-scheduler has not bound it yet",
                          "kube-scheduler", largest, together)
     if not eligible:
-        turned = Counter(_BEFORE_RESOURCES[f.filter] for f in fits if f.filter in _BEFORE_RESOURCES)
+        turned: Counter[str] = Counter()
+        for f, n in weighted:
+            if f.filter in _BEFORE_RESOURCES:
+                turned[_BEFORE_RESOURCES[f.filter]] += n
         if not turned:
             return PodReason("InsufficientGPU", "no node offers GPUs", "kube-scheduler")
         code = sorted(turned.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
         return PodReason(code, f"no node passes the filters before resources ({_describe(turned)})",
                          "kube-scheduler")
-    short_of_gpus = any(f"Insufficient {resource}" in f.reasons for f in eligible)
+    short_of_gpus = any(f"Insufficient {resource}" in f.reasons for f, _n in eligible)
     if not short_of_gpus:
         return PodReason("InsufficientResources", "GPUs are free on the nodes it may use, but not the CPU, memory "
                          "or pod count it asks", "kube-scheduler", largest, together)
-    biggest = max((f.allocatable.get(resource, 0) for f in eligible), default=0)
+    biggest = max((f.allocatable.get(resource, 0) for f, _n in eligible), default=0)
     if gpus > biggest:
         return PodReason("ExceedsNodeCapacity", f"needs {gpus} GPUs on one node: the largest node it may use has "
                          f"{biggest}", "kube-scheduler", largest, together)
@@ -73,6 +79,13 @@ def reason(pod: Pod, fits: Sequence[NodeFit]) -> PodReason:
                          f"use, at most {largest} on one", "kube-scheduler", largest, together)
     return PodReason("InsufficientGPU", f"needs {gpus} GPUs on one node: {together} are free on all the nodes it "
                      f"may use together", "kube-scheduler", largest, together)
+
+
+def _collapse(fits: Sequence[NodeFit]) -> list[tuple[NodeFit, int]]:
+    """Each distinct fit object once, with the number of nodes it stands for."""
+    counts = Counter(map(id, fits))
+    by_id = dict(zip(map(id, fits), fits, strict=True))
+    return [(by_id[key], n) for key, n in counts.items()]
 
 
 def _describe(turned: Counter) -> str:

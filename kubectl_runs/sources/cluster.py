@@ -23,6 +23,7 @@ import msgspec
 
 from ..kueue.model import KAIWO_API, KUEUE_V1ALPHA1, KUEUE_V1BETA1
 from ..model import GROUP, SNAPSHOT_KINDS, VERSION, GPULease, Snapshot
+from ..pods.model import VERDICT_EVENT_REASONS
 from ..timeutil import parse_time, rfc3339
 from . import Source
 from .files import _Collector, gc_paused
@@ -242,7 +243,8 @@ class Cluster:
         raise ClusterError(f"the server at {self.server} answered {status} for DELETE {path}: "
                            f"{_status_message(data) or 'no message'}")
 
-    def pages(self, resource: Resource, namespace: str | None) -> Iterator[bytes]:
+    def pages(self, resource: Resource, namespace: str | None, field_selector: str | None = None
+              ) -> Iterator[bytes]:
         """Every page of a list, following ``continue``; a 410 Gone (expired token) starts over."""
         path = resource.path(namespace)
         for _attempt in range(RELIST_ATTEMPTS):
@@ -251,6 +253,8 @@ class Cluster:
             try:
                 while True:
                     query: list[tuple[str, Any]] = [("limit", self.chunk_size)]
+                    if field_selector:
+                        query.append(("fieldSelector", field_selector))
                     if token:
                         query.append(("continue", token))
                     body = self.get(path, query)
@@ -371,27 +375,42 @@ def load_cluster(source: Source) -> Snapshot:
     collector = _Collector()
     # The queue reports read Nodes and Kueue's/Kaiwo's kinds only: a Kueue cluster needs no jobtree.dev CRDs.
     resources = (RESOURCES[0], *QUEUE_RESOURCES) if source.queues else RESOURCES
-    if source.pods:  # `pending`: every GPU consumer, whatever admits it; a cluster may have none of the CRDs
-        resources = (*RESOURCES, *QUEUE_RESOURCES, PODS)
+    if source.pods:  # `pending`, `explain pod`: every GPU consumer, whatever admits it; a cluster may have none of
+        # the CRDs. Events: the Warnings only (FailedScheduling on pods, FailedCreate on their controllers, kept
+        # below), ResourceQuotas and LimitRanges: the quota refusals of pods that were never created.
+        resources = (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES)
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)
-            for body in readable_pages(cluster, resource, source, collector.notes):
+            selector = "type=Warning" if resource is EVENTS else None
+            try:
+                bodies = readable_pages(cluster, resource, source, collector.notes, selector)
+            except Forbidden as refused:
+                if resource not in POD_RESOURCES[1:]:
+                    raise
+                collector.notes.append(f"{refused.message}; without {resource.qualified}, quota refusals and "
+                                       "the scheduler's Events are not shown")
+                continue
+            for body in bodies:
                 try:
                     page = decoder.decode(body)
                 except msgspec.ValidationError as exc:
                     raise ClusterError(f"{resource.qualified} from {cluster.server}: {exc}") from None
-                collector.add_many(resource.kind, page.items, cluster.server)
+                items = page.items
+                if resource is EVENTS:
+                    items = [e for e in items if e.reason in VERDICT_EVENT_REASONS]
+                collector.add_many(resource.kind, items, cluster.server)
         return collector.snapshot()
 
 
-def readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str]) -> list[bytes]:
+def readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: list[str],
+                   field_selector: str | None = None) -> list[bytes]:
     """The pages of a list over every namespace; when RBAC refuses the cluster-wide list of a namespaced kind,
     the pages of ``source.fallback_namespace`` instead, with a note saying what could not be read (reports
     cover the namespaces the user may read). Nodes are cluster-scoped: refusing them stays an error. A Kueue or
     Kaiwo kind whose CRD is not installed has no objects."""
     try:
-        return list(cluster.pages(resource, source.namespace))
+        return list(cluster.pages(resource, source.namespace, field_selector))
     except NotFound:
         if resource in QUEUE_RESOURCES or (source.pods and resource.kind != "Node"):
             cluster.missing.add(resource)
@@ -401,7 +420,7 @@ def readable_pages(cluster: Cluster, resource: Resource, source: Source, notes: 
         fallback = source.fallback_namespace
         if not resource.namespaced or source.namespace is not None or not fallback:
             raise
-        pages = list(cluster.pages(resource, fallback))
+        pages = list(cluster.pages(resource, fallback, field_selector))
         notes.append(f"{refused.message}; reading {resource.qualified} of namespace {fallback} only")
         return pages
 

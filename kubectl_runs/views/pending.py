@@ -24,7 +24,7 @@ def pending_document(report: PendingReport) -> Document:
         Column("KIND", lambda r: r.kind),
         Column("NAMESPACE", lambda r: r.namespace),
         Column("NAME", lambda r: r.name),
-        Column("PODS", lambda r: r.pods if r.kind != "Run" else None),
+        Column("PODS", lambda r: r.pods if r.kind != "Run" or r.pods else None),
         Column("GPUS", lambda r: r.gpus),
         Column("RESOURCE", lambda r: r.gpu_resource or r.flavor, wide=True),
         Column("WAITING-SINCE", lambda r: r.waiting_since, wide=True),

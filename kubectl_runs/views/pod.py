@@ -4,7 +4,7 @@ the nearest nodes and the remedies."""
 from __future__ import annotations
 
 from ..engine.reports import plain
-from ..pods.explain import ExplainPodReport
+from ..pods.explain import NOT_CREATED, ExplainPodReport
 from ..render import Column, Document, Section
 
 
@@ -42,4 +42,18 @@ def pod_document(report: ExplainPodReport) -> Document:
         Column("KIND", lambda r: r.kind),
         Column("REMEDY", lambda r: r.message, prose=True),
     ))
-    return Document(data=plain(report), summary=summary, sections=(reasons, nodes, remedies))
+    quota = Section("ResourceQuota refusals", report.quota, (
+        Column("QUOTA", lambda q: q.quota),
+        Column("RESOURCE", lambda q: q.resource),
+        Column("HARD", lambda q: q.hard),
+        Column("USED", lambda q: q.used),
+        Column("ASKED", lambda q: q.requested),
+        Column("RAISE-BY", lambda q: q.raise_by),
+    ))
+    if report.phase == NOT_CREATED:  # a controller's pod the API server refused: no scheduler has seen it
+        summary = [*summary[:3],
+                   "Scheduler:  no pod exists (the API server refused it: FailedCreate), so no scheduler judged it",
+                   f"Event:      {report.quota[0].event}" if report.quota else "Event:      none left"]
+        return Document(data=plain(report), summary=summary, sections=(quota, remedies))
+    sections = (reasons, nodes, *((quota,) if report.quota else ()), remedies)
+    return Document(data=plain(report), summary=summary, sections=sections)

@@ -129,3 +129,35 @@ def test_judging_nodes_by_shape_gives_every_node_its_own_fit():
     assert len(specs) > 10
     for one in specs.values():
         assert fleet_fit(one, nodes, (), use=use, shapes=shapes) == fleet_fit(one, nodes, pods)
+
+
+def test_weighted_fits_count_what_judging_every_node_counts():
+    """``weighted_fit`` (pending's count: each static shape once, the rooms of the shapes that pass pooled) gives
+    the same nodes per reason and the same reason code as judging every node alone; ``one_pass`` gives the same
+    ``node_use`` as ``node_use``."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.bench_pending import pods_fleet
+    from kubectl_runs.pods.fit import Shapes, weighted_fit
+    from kubectl_runs.pods.pending import one_pass
+    from kubectl_runs.pods.reasons import reason
+
+    items = pods_fleet(400, 1000, seed=11)
+    nodes = [msgspec.convert(i, Node) for i in items if i["kind"] == "Node"]
+    pods = [msgspec.convert(i, Pod) for i in items if i["kind"] == "Pod"]
+    use = node_use(pods)
+    assert one_pass(pods)[0] == use
+    shapes = Shapes(nodes, use)
+    pending = {msgspec.json.encode(p.spec): p for p in pods if not p.bound}
+    assert len(pending) > 10
+    for one in pending.values():
+        fits, weights = weighted_fit(one.spec, shapes, use)
+        counted: dict[str, int] = {}
+        for f, n in zip(fits, weights, strict=True):
+            for r in f.reasons:
+                counted[r] = counted.get(r, 0) + n
+        alone = fleet_fit(one.spec, nodes, pods)
+        assert (sum(weights), counted) == (len(nodes), histogram(alone))
+        assert reason(one, fits, weights) == reason(one, alone)

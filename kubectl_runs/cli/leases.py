@@ -86,6 +86,7 @@ class AuditOptions(Command):
     archives: tuple[str, ...] = ()
     hours_only: bool = False
     formats = REPORT_FORMATS
+    clusters = "audit"  # also over several clusters (cli/clusters.py)
     findings: int = 0
     opened: list = field(default_factory=list)
 

@@ -85,7 +85,14 @@ def _load(command: Command, target: Target) -> _Read:
 
 
 def read_all(command: Command, chosen: list[Target]) -> list[_Read]:
-    """Every cluster's snapshot, read in parallel; the answers in the order the clusters were asked for."""
+    """Every cluster's snapshot, read in parallel; the answers in the order the clusters were asked for.
+    Snapshot files are read one after the other: decoding is all the work (under the GIL), and msgspec must not
+    build a type's decoding information in one thread while another decodes with it (it crashes)."""
+    if any(target.snapshots for target in chosen):
+        return [_load(command, target) for target in chosen]
+    from ..sources.cluster import warm_decoders
+
+    warm_decoders()
     with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(chosen)),
                             thread_name_prefix="kubectl-runs-cluster") as pool:
         return list(pool.map(lambda target: _load(command, target), chosen))

@@ -131,7 +131,7 @@ def headlines(results: Sequence[ClusterResult], total: Callable[[list[Any]], str
         if result.document is None:
             lines.append(f"Cluster {where}: not read: {result.error}")
             continue
-        summary = list(result.document.summary) or ["nothing to report"]
+        summary = list(result.document.summary) or [result.document.empty or "nothing to report"]
         lines.append(f"Cluster {where}: {summary[0]}")
         lines += [f"  {line}" for line in summary[1:]]
     read = [r.document.data for r in results if r.document is not None]

@@ -74,6 +74,20 @@ def open_archive(directory: str | Path) -> Archive:
     return Archive(path, manifest, frozenset(old))
 
 
+def unattributed(archive: Archive) -> int:
+    """How many rows of the archive record no cluster (version-1 files; runs that did not know their context)."""
+    if not archive.manifest.partitions:
+        return 0
+    con = db.connect()
+    try:
+        return con.execute(f"SELECT count(*) FROM {archive.scan(list(archive.manifest.partitions))} "
+                           "WHERE cluster IS NULL OR cluster = ''").fetchone()[0]
+    except db.Error as exc:
+        raise ArchiveError(f"{archive.directory}: cannot read: {db.first_line(exc)}") from None
+    finally:
+        con.close()
+
+
 def _check_size(directory: Path, part: Partition) -> None:
     file = directory / part.file
     try:

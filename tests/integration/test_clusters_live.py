@@ -134,6 +134,28 @@ def test_snapshots_of_two_clusters_are_reported_per_cluster_as_live(fleets, tmp_
     assert json.loads(offline.stdout) == live
 
 
+def test_one_archive_of_two_clusters_gives_each_cluster_its_own_rows(fleets, tmp_path):
+    """Both clusters archived into one directory (as two CronJobs onto one volume would): the rows record their
+    context, and the audit over both clusters counts each cluster's archived rows in its own report only — each
+    equal to that cluster's audit with an archive of its own."""
+    _, _, kubeconfig = fleets
+    shared = str(tmp_path / "shared")
+    for name in ("east", "west"):
+        own = str(tmp_path / name)
+        for directory in (shared, own):
+            done = runs(kubeconfig, "leases", "archive", "--to", directory, "--context", name)
+            assert done.returncode == 0, done.stderr
+    window = ("--since", "2025-01-01", "--by", "envelope", "-o", "json")
+    both = runs(kubeconfig, "leases", "audit", "--all-contexts", "--archive", shared, *window)
+    assert (both.returncode, both.stderr) == (0, ""), both.stderr
+    merged = json.loads(both.stdout)
+    validate("leases-audit-clusters", merged)
+    for entry in merged["clusters"]:
+        alone = runs(kubeconfig, "leases", "audit", "--context", entry["context"], "--archive",
+                     str(tmp_path / entry["context"]), *window)
+        assert entry["report"] == json.loads(alone.stdout)
+
+
 def _apiserver_pid(cp) -> int:
     return cp._apiserver.pid  # the harness's process: stopped and continued here, never replaced
 

@@ -261,7 +261,7 @@ class RunCommand(Command):
     run_name: str
 
     def validate(self) -> None:
-        if self.run_name.count("/") == 2:  # CONTEXT/NAMESPACE/NAME
+        if self.run_name.count("/") == 2 and all(self.run_name.split("/")):  # CONTEXT/NAMESPACE/NAME
             from .clusters import split_context
 
             self.run_name = split_context(self.opts, self.run_name)

@@ -10,6 +10,7 @@ class ExitCode(IntEnum):
     FAILED = 1  # not found, forbidden, unreachable, invalid object, a failed verify
     USAGE = 2  # bad flags or arguments (click's own usage errors exit 2 as well)
     FINDINGS = 3  # `leases audit --strict` found problems
+    PARTIAL = 4  # a report over several clusters: some were read and printed, some could not be read
 
 
 class UserError(Exception):

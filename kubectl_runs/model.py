@@ -28,6 +28,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 SNAPSHOT_TIME_ANNOTATION = "jobtree.dev/snapshot-time"
 SNAPSHOT_ABSENT_ANNOTATION = "jobtree.dev/snapshot-absent-kinds"  # kinds whose CRD a live save found not installed
+SNAPSHOT_CONTEXT_ANNOTATION = "jobtree.dev/snapshot-context"  # the kubeconfig context a live save read
+SNAPSHOT_SERVER_ANNOTATION = "jobtree.dev/snapshot-server"  # the API server it read
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 _WIRE_WORDS = {"gpus": "GPUs", "gpu": "GPU"}
@@ -585,12 +587,18 @@ CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
 LEAN_LEASE_KINDS: dict[str, type] = {"GPULease": GPULeaseHead}
 
 
-def snapshot_document(items: list[dict], taken_at: str | None, *, absent: list[str] | tuple[str, ...] = ()) -> dict:
+def snapshot_document(items: list[dict], taken_at: str | None, *, absent: list[str] | tuple[str, ...] = (),
+                      context: str | None = None, server: str | None = None) -> dict:
     """A snapshot file's content: one ``List`` stamped with the time it was taken (API.md §2) and, for a live
-    save, the kinds whose CRD the cluster did not have (comma-separated, in the order they were read)."""
+    save, the kinds whose CRD the cluster did not have (comma-separated, in the order they were read) and the
+    kubeconfig context and API server it was read from (several clusters' snapshots are reported per cluster)."""
     annotations: dict[str, str | None] = {SNAPSHOT_TIME_ANNOTATION: taken_at}
     if absent:
         annotations[SNAPSHOT_ABSENT_ANNOTATION] = ",".join(absent)
+    if context:
+        annotations[SNAPSHOT_CONTEXT_ANNOTATION] = context
+    if server:
+        annotations[SNAPSHOT_SERVER_ANNOTATION] = server
     return {"apiVersion": "v1", "kind": "List", "metadata": {"annotations": annotations}, "items": items}
 
 

@@ -20,7 +20,7 @@ except ImportError as exc:  # an install without it (an older `pip install .`, a
         f"the lease archive needs the duckdb package, which is not importable here ({exc}): "
         "pip install 'duckdb>=1.4,<3' (or reinstall kubectl-runs), or use the single-file executable"
     ) from None
-from .schema import COLUMNS, SCHEMA_KEY, SCHEMA_VERSION  # noqa: E402
+from .schema import COLUMNS, LEASE_COLUMNS, READABLE_VERSIONS, SCHEMA_KEY  # noqa: E402
 
 Error = duckdb.Error
 
@@ -47,6 +47,16 @@ def quote(path: Path | str) -> str:
 def check_file(con: duckdb.DuckDBPyConnection, path: Path, rows: int | None = None) -> int:
     """Open a Parquet file of the archive: its footer, schema version and columns. Returns its row count
     (checked against ``rows`` when given)."""
+    return checked_file(con, path, rows)[0]
+
+
+def file_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """The schema version of a file of the archive (1: no ``cluster`` column)."""
+    return checked_file(con, path)[1]
+
+
+def checked_file(con: duckdb.DuckDBPyConnection, path: Path, rows: int | None = None) -> tuple[int, int]:
+    """``check_file``'s checks; (row count, schema version)."""
     try:
         kv = dict(con.execute(f"SELECT key, value FROM parquet_kv_metadata({quote(path)})").fetchall())
         described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({quote(path)})").fetchall()
@@ -56,18 +66,20 @@ def check_file(con: duckdb.DuckDBPyConnection, path: Path, rows: int | None = No
     version = kv.get(SCHEMA_KEY.encode())
     if version is None:
         raise ArchiveError(f"{path}: not a lease archive file (no {SCHEMA_KEY} in its metadata)")
-    if version != str(SCHEMA_VERSION).encode():
+    readable = {str(v).encode(): v for v in READABLE_VERSIONS}
+    if version not in readable:
         raise ArchiveError(f"{path}: schema version {version.decode(errors='replace')}; this kubectl-runs reads "
-                           f"version {SCHEMA_VERSION}")
+                           f"versions {' and '.join(map(str, READABLE_VERSIONS))}")
+    number = readable[version]
     found = {row[0]: row[1] for row in described}
-    for name, sql_type, _doc in COLUMNS:
+    for name, sql_type, _doc in (LEASE_COLUMNS if number == 1 else COLUMNS):
         have = found.get(name)
         if have != _TYPES.get(sql_type, sql_type):
-            raise ArchiveError(f"{path}: column {name} is {have or 'missing'}; schema version {SCHEMA_VERSION} "
+            raise ArchiveError(f"{path}: column {name} is {have or 'missing'}; schema version {number} "
                                f"has {sql_type}")
     if rows is not None and count != rows:
         raise ArchiveError(f"{path}: holds {count} leases; the manifest says {rows}")
-    return count
+    return count, number
 
 
 def first_line(exc: BaseException) -> str:

@@ -30,13 +30,13 @@ def archived_time_findings(con, archives: Sequence, live: Sequence[GPULease], si
                  if (p.first_start < hi_at and p.last_start >= since) or (latest is not None and p.last_start > latest)]
         if not files:
             continue
-        paths = "[" + ", ".join(db.quote(arch.directory / p.file) for p in files) + "]"
         where = (f"(start >= {_ts(since)} AND start < {_ts(hi_at)} AND (ended IS NULL OR ended < start))"
                  + (f" OR start > {_ts(latest)}" if latest is not None else ""))
         if namespace is not None:
             where = f"namespace = {db.quote(namespace)} AND ({where})"
+        where = f"{arch.where_cluster()} AND ({where})"
         try:
-            rows = con.execute(f"SELECT {LEASE_SELECT} FROM read_parquet({paths}, hive_partitioning = false) "
+            rows = con.execute(f"SELECT {LEASE_SELECT} FROM {arch.scan(files, ', hive_partitioning = false')} "
                                f"WHERE {where}").fetchall()
         except db.Error as exc:
             raise ArchiveError(f"the audit's findings: DuckDB failed: {db.first_line(exc)}") from None

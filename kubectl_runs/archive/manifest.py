@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import UserError
-from .schema import FORMAT, SCHEMA_VERSION
+from .schema import FORMAT, READABLE_VERSIONS, SCHEMA_VERSION
 
 MANIFEST = "_manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # the name before issue 28: Spark read it as a Parquet file and failed
@@ -96,8 +96,9 @@ def read_manifest(directory: Path) -> Manifest:
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise ArchiveError(f"{path}: not a lease archive manifest (format is not {FORMAT!r})")
     version = head.get("schemaVersion")
-    if version != SCHEMA_VERSION:
-        raise ArchiveError(f"{path}: schema version {version!r}; this kubectl-runs reads version {SCHEMA_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise ArchiveError(f"{path}: schema version {version!r}; this kubectl-runs reads versions "
+                           f"{' and '.join(map(str, READABLE_VERSIONS))}")
     try:
         manifest = msgspec.json.decode(data, type=Manifest)
     except msgspec.ValidationError as exc:

@@ -23,6 +23,26 @@ from .store import sha256, strays
 class Archive:
     directory: Path
     manifest: Manifest
+    old_files: frozenset[str] = frozenset()  # files of schema version 1: their rows record no cluster
+    cluster: str | None = None  # a report over several clusters: only the rows archived from this context
+
+    def where_cluster(self) -> str:
+        """The SQL condition on a row of this archive for the report's cluster (``true``: every row)."""
+        return "true" if self.cluster is None else f"cluster = {db.quote(self.cluster)}"
+
+    def scan(self, parts: list[Partition], options: str = "") -> str:
+        """The rows of these files, every column of the current schema: a version-1 file's ``cluster`` is NULL."""
+        def files(group: list[Partition]) -> str:
+            return f"read_parquet([{', '.join(db.quote(self.directory / p.file) for p in group)}]{options})"
+
+        new = [p for p in parts if p.file not in self.old_files]
+        old = [p for p in parts if p.file in self.old_files]
+        if not old:  # the usual case: the table function itself, as before version 2
+            return files(new)
+        selects = [f"SELECT *, NULL::VARCHAR AS cluster FROM {files(old)}"]
+        if new:
+            selects.insert(0, f"SELECT * FROM {files(new)}")
+        return "(" + " UNION ALL BY NAME ".join(selects) + ")"
 
     def files(self, lo: datetime | None = None, hi: datetime | None = None) -> list[Partition]:
         """The partitions whose leases can overlap ``[lo, hi)``: started before ``hi`` and ended after ``lo``."""
@@ -43,13 +63,29 @@ def open_archive(directory: str | Path) -> Archive:
     path = Path(directory)
     manifest = read_manifest(path)
     con = db.connect()
+    old = set()
     try:
         for part in manifest.partitions:
             _check_size(path, part)
-            db.check_file(con, path / part.file, part.leases)
+            if db.checked_file(con, path / part.file, part.leases)[1] < 2:
+                old.add(part.file)
     finally:
         con.close()
-    return Archive(path, manifest)
+    return Archive(path, manifest, frozenset(old))
+
+
+def unattributed(archive: Archive) -> int:
+    """How many rows of the archive record no cluster (version-1 files; runs that did not know their context)."""
+    if not archive.manifest.partitions:
+        return 0
+    con = db.connect()
+    try:
+        return con.execute(f"SELECT count(*) FROM {archive.scan(list(archive.manifest.partitions))} "
+                           "WHERE cluster IS NULL OR cluster = ''").fetchone()[0]
+    except db.Error as exc:
+        raise ArchiveError(f"{archive.directory}: cannot read: {db.first_line(exc)}") from None
+    finally:
+        con.close()
 
 
 def _check_size(directory: Path, part: Partition) -> None:
@@ -75,9 +111,8 @@ def leases_between(archives: Iterable[Archive], lo: datetime, hi: datetime,
             files = arch.files(lo, hi)
             if not files:
                 continue
-            paths = "[" + ", ".join(db.quote(arch.directory / p.file) for p in files) + "]"
-            query = (f"SELECT {LEASE_SELECT} FROM read_parquet({paths}) "
-                     f"WHERE start < make_timestamp({micros(hi)})::TIMESTAMPTZ "
+            query = (f"SELECT {LEASE_SELECT} FROM {arch.scan(files)} "
+                     f"WHERE {arch.where_cluster()} AND start < make_timestamp({micros(hi)})::TIMESTAMPTZ "
                      f"AND ended > make_timestamp({micros(lo)})::TIMESTAMPTZ AND ended > start")
             try:
                 rows = con.execute(query).fetchall()

@@ -94,9 +94,9 @@ def _archived(archives: Sequence, lo: datetime, hi: datetime, lo_ts: str, hi_ts:
         if not files:
             continue
         paths = "[" + ", ".join(db.quote(arch.directory / p.file) for p in files) + "]"
-        found.append((f"SELECT *, {index} AS archive_index FROM read_parquet({paths}, hive_partitioning = false, "
-                      f"filename = true, file_row_number = true) "
-                      f"WHERE start < {hi_ts} AND ended > {lo_ts} AND ended > start", paths))
+        scan = arch.scan(files, ", hive_partitioning = false, filename = true, file_row_number = true")
+        found.append((f"SELECT *, {index} AS archive_index FROM {scan} "
+                      f"WHERE {arch.where_cluster()} AND start < {hi_ts} AND ended > {lo_ts} AND ended > start", paths))
     return found
 
 

@@ -23,7 +23,8 @@ from ..model import (
     Slice,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the column ``cluster`` (issue 30); files and manifests of version 1 are still read
+READABLE_VERSIONS = (1, 2)
 SCHEMA_KEY = "kubectl-runs.lease-archive.schema-version"  # Parquet key-value metadata of every file
 FORMAT = "kubectl-runs/lease-archive"  # the manifest's "format"
 PARTITION = "month"  # Hive partition key: month=YYYY-MM, the month (UTC) of the lease's start
@@ -57,6 +58,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("preemption_reservation", "VARCHAR", "status.preemption.reservation; NULL: no status.preemption"),
     ("preemption_seed", "VARCHAR", "status.preemption.seed; NULL: no status.preemption"),
 )
+# The columns of a lease itself (every version): what the writer stages from the leases' JSON. Version 2 adds
+# the cluster the archive run read them from, the same for every row it writes.
+LEASE_COLUMNS = COLUMNS
+LEASE_COLUMN_NAMES = tuple(name for name, _type, _doc in LEASE_COLUMNS)
+COLUMNS = (*LEASE_COLUMNS, ("cluster", "VARCHAR", "the kubeconfig context the archive run read the lease from (version "
+                            "2; '' when it is not known: a snapshot that records none, in-cluster config); NULL in "
+                            "reports for rows of version-1 files"))
 COLUMN_NAMES = tuple(name for name, _type, _doc in COLUMNS)
 KEY = ("namespace", "name", "uid")  # a lease's identity in the archive: re-archiving it never adds a row
 
@@ -86,6 +94,7 @@ class Row(msgspec.Struct, frozen=True, gc=False):
     closure_reason: str | None
     preemption_reservation: str | None
     preemption_seed: str | None
+    cluster: str = ""
 
 
 def micros(at: datetime) -> int:
@@ -104,7 +113,7 @@ def month_of(us: int) -> str:
     return instant(us).strftime("%Y-%m")
 
 
-def row_of(lease: GPULease) -> Row:
+def row_of(lease: GPULease, cluster: str = "") -> Row:
     meta, spec, status = lease.metadata, lease.spec, lease.status
     paid, pre = spec.paid_by, status.preemption
     ended = status.ended
@@ -131,6 +140,7 @@ def row_of(lease: GPULease) -> Row:
         closure_reason=status.closure_reason,
         preemption_reservation=None if pre is None else pre.reservation,
         preemption_seed=None if pre is None else pre.seed,
+        cluster=cluster,
     )
 
 

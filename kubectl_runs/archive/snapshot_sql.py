@@ -13,7 +13,7 @@ No DuckDB import here: only the SQL text (the tests compare its rows with ``sche
 
 from __future__ import annotations
 
-from .schema import COLUMN_NAMES
+from .schema import LEASE_COLUMN_NAMES as COLUMN_NAMES  # staged rows: no cluster yet
 from .staging import LEASE_JSON, ROW_SQL
 
 # A lease as DuckDB reads it from the file: staging's shape, instants as text, and the kind of each item.

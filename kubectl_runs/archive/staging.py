@@ -12,7 +12,7 @@ No DuckDB import here: only the SQL text (the tests compare its rows with ``row_
 
 from __future__ import annotations
 
-from .schema import COLUMN_NAMES
+from .schema import LEASE_COLUMN_NAMES as COLUMN_NAMES  # staged rows: no cluster yet
 
 # The JSON of a model.GPULease as DuckDB reads it (the wire names of model.py; other keys are skipped).
 LEASE_JSON: dict[str, str] = {

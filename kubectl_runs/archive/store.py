@@ -53,6 +53,7 @@ from .manifest import (
 )
 from .schema import (
     COLUMN_NAMES,
+    LEASE_COLUMN_NAMES,
     PARTITION,
     SCHEMA_KEY,
     SCHEMA_VERSION,
@@ -163,6 +164,7 @@ def archive(
     archived_at: datetime,
     before: datetime | None = None,
     gpus: Mapping[str, int] | None = None,
+    cluster: str = "",
 ) -> ArchiveResult:
     """Add every closed lease (ended before ``before`` when given) that the archive does not hold yet."""
     manifest, migrated = open_for_writing(directory)
@@ -184,7 +186,7 @@ def archive(
     staged, rows = _stage(con, directory / STAGING, closed)
     crash_point("staged")
     result = _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later,
-                    archived_at=archived_at, before=before, gpus=gpus)
+                    archived_at=archived_at, before=before, gpus=gpus, cluster=cluster)
     return dataclasses.replace(result, migrated=migrated)
 
 
@@ -197,6 +199,7 @@ def archive_staged(
     archived_at: datetime,
     before: datetime | None = None,
     gpus: Mapping[str, int] | None = None,
+    cluster: str = "",
 ) -> ArchiveResult:
     """The same, for leases that DuckDB holds already as the table or view ``staged`` of ``con`` (the archive's
     columns and ``month``, closed leases only, one row per key, in file order: archive/snapshot_rows.py);
@@ -211,13 +214,13 @@ def archive_staged(
         return ArchiveResult(directory, manifest, 0, 0, open_, later, (), tuple(removed), migrated)
     crash_point("staged")
     result = _write(con, directory, manifest, staged, rows, removed, open_=open_, later=later,
-                    archived_at=archived_at, before=before, gpus=gpus)
+                    archived_at=archived_at, before=before, gpus=gpus, cluster=cluster)
     return dataclasses.replace(result, migrated=migrated)
 
 
 def _write(con, directory: Path, manifest: Manifest, staged: list[tuple[str, int]], rows: int, removed: list[str],
            *, open_: int, later: int, archived_at: datetime, before: datetime | None,
-           gpus: Mapping[str, int] | None) -> ArchiveResult:
+           gpus: Mapping[str, int] | None, cluster: str = "") -> ArchiveResult:
     """Steps 3 to 5: the months with new leases rewritten, the manifest replaced, what it no longer lists deleted."""
     staging = directory / STAGING
     generation = manifest.generation + 1
@@ -235,7 +238,7 @@ def _write(con, directory: Path, manifest: Manifest, staged: list[tuple[str, int
         if fresh:
             work.append((month, old, table))
             added += fresh
-    for month, part in _write_months(con, directory, work, generation):
+    for month, part in _write_months(con, directory, work, generation, cluster):
         partitions[month] = part
     rewritten = [month for month, _old, _table in work]
     replaced = [directory / old.file for _month, old, _table in work if old is not None]
@@ -331,7 +334,7 @@ def _fresh_rows(con, directory: Path, month: str, old: Partition, table: str) ->
 
 
 def _write_months(con, directory: Path, work: list[tuple[str, Partition | None, str]],
-                  generation: int) -> list[tuple[str, Partition]]:
+                  generation: int, cluster: str = "") -> list[tuple[str, Partition]]:
     """Write each month's new file, ``WRITERS`` at a time (DuckDB runs each COPY without the GIL), each on a
     cursor of its own; (month, partition) in the order of ``work``."""
     local = threading.local()
@@ -343,7 +346,7 @@ def _write_months(con, directory: Path, work: list[tuple[str, Partition | None, 
             cursor.execute("SET TimeZone = 'UTC'")
             cursor.execute("SET preserve_insertion_order = true")  # a month's rows in the order ``staged`` has them
         month, old, table = item
-        part = _write_month(cursor, directory, month, old, table, generation)
+        part = _write_month(cursor, directory, month, old, table, generation, cluster)
         crash_point("partition")
         return month, part
 
@@ -354,19 +357,23 @@ def _write_months(con, directory: Path, work: list[tuple[str, Partition | None, 
 
 
 def _write_month(con, directory: Path, month: str, old: Partition | None, table: str,
-                 generation: int) -> Partition:
+                 generation: int, cluster: str = "") -> Partition:
     """The month's new file: its old rows and the fresh ones (``table``), sorted by start (then the key, so the
-    bytes do not depend on the order leases were read in), written under a temporary name and renamed."""
+    bytes do not depend on the order leases were read in), written under a temporary name and renamed. The
+    fresh rows carry ``cluster``; the old rows keep theirs (rows of a version-1 file, which had none: '')."""
     folder = directory / f"{PARTITION}={month}"
     folder.mkdir(exist_ok=True)
     name = f"leases-{generation:06d}.parquet"
     tmp, final = folder / f".{name}.tmp", folder / name
-    columns = ", ".join(COLUMN_NAMES)
+    fresh = ", ".join((*LEASE_COLUMN_NAMES, f"{db.quote(cluster)} AS cluster"))
     if old is None:  # a month the archive does not hold yet: every staged lease of it is fresh, in file order
-        query = f"SELECT {columns} FROM staged WHERE month = {db.quote(month)}"
+        query = f"SELECT {fresh} FROM staged WHERE month = {db.quote(month)}"
     else:
-        query = (f"SELECT {columns} FROM (SELECT * FROM {table} UNION ALL SELECT {columns} "
-                 f"FROM read_parquet({db.quote(directory / old.file)})) ORDER BY start, namespace, name, uid")
+        path = directory / old.file
+        kept = ", ".join(COLUMN_NAMES) if db.file_version(con, path) >= 2 else \
+            ", ".join((*LEASE_COLUMN_NAMES, "'' AS cluster"))
+        query = (f"SELECT {', '.join(COLUMN_NAMES)} FROM (SELECT {fresh} FROM {table} UNION ALL SELECT {kept} "
+                 f"FROM read_parquet({db.quote(path)})) ORDER BY start, namespace, name, uid")
     con.execute(
         f"COPY ({query}) TO {db.quote(tmp)} "
         f"(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL}, ROW_GROUP_SIZE {ROW_GROUP}, "

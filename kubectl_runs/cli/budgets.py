@@ -46,6 +46,7 @@ class UsageOptions(Command):
     owner: str | None = None
     flavor: str | None = None
     formats = REPORT_FORMATS
+    clusters = "budgets"  # also over several clusters (cli/clusters.py)
 
     def complete(self, opts: GlobalOptions) -> None:
         super().complete(opts)

@@ -86,6 +86,7 @@ class AuditOptions(Command):
     archives: tuple[str, ...] = ()
     hours_only: bool = False
     formats = REPORT_FORMATS
+    clusters = "audit"  # also over several clusters (cli/clusters.py)
     findings: int = 0
     opened: list = field(default_factory=list)
 
@@ -277,8 +278,17 @@ class ArchiveOptions(Command):
         at, limit, gpus = self._when(snapshot)
         open_, later = read.stage(self.opts.report_namespace(), limit)
         result = store.archive_staged(Path(self.to), read.con, open_=open_, later=later, archived_at=at,
-                                      before=limit, gpus=gpus)
+                                      before=limit, gpus=gpus, cluster=self._cluster())
         return archive_document(summary.archive_report(result, 0, []), renamed_manifest=result.migrated)
+
+    def _cluster(self) -> str:
+        """The cluster the archived rows record (schema version 2): the context read, or the one the snapshot
+        recorded (``snapshot save``); '' when it is not known."""
+        from ..sources.contexts import current_context, recorded_cluster
+
+        if self.opts.snapshots:
+            return next((c for c in (recorded_cluster(p)[0] for p in self.opts.snapshots) if c), "")
+        return self.opts.context or current_context(self.opts.kubeconfig) or ""
 
     def _when(self, snapshot: Snapshot) -> tuple[datetime, datetime | None, dict[str, int]]:
         """The archive run's time, its --before (None: every closed lease) and the fleet's GPUs per flavor."""
@@ -293,7 +303,8 @@ class ArchiveOptions(Command):
         paused = gc.isenabled()
         gc.disable()
         try:
-            result = store.archive(Path(self.to), snapshot.leases, archived_at=at, before=limit, gpus=gpus)
+            result = store.archive(Path(self.to), snapshot.leases, archived_at=at, before=limit, gpus=gpus,
+                                   cluster=self._cluster())
         finally:
             if paused:
                 gc.enable()

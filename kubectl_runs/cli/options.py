@@ -41,6 +41,8 @@ LOADED: list[Snapshot] = []  # the snapshot of the command that ran last (see Gl
 class GlobalOptions:
     kubeconfig: str | None = None
     context: str | None = None
+    contexts: list[str] = field(default_factory=list)  # every --context given (several: cli/clusters.py)
+    all_contexts: bool = False
     namespace: str | None = None
     all_namespaces: bool = False
     snapshots: list[str] = field(default_factory=list)
@@ -133,6 +135,9 @@ class GlobalOptions:
         (`leases audit`) where that is fast; ``pods``: live, every kind and Pods (`pending`)."""
         from ..sources import Source
 
+        if self.several_clusters():
+            raise UsageError("this command reads one cluster: give one --context (several contexts and "
+                             "--all-contexts are for budgets usage, leases audit, queues usage and pending)")
         return Source(
             snapshots=tuple(self.snapshots),
             kubeconfig=self.kubeconfig,
@@ -145,6 +150,10 @@ class GlobalOptions:
             pods=pods,
             lean=lean,
         )
+
+    def several_clusters(self) -> bool:
+        """More than one context asked for (the reports then read each cluster: cli/clusters.py)."""
+        return self.all_contexts or len(self.contexts) > 1
 
     def timeout_seconds(self) -> float | None:
         """``--request-timeout`` as kubectl reads it: ``0`` = no limit, ``30`` or ``30s``, ``2m``, ``1h``. None when
@@ -208,6 +217,7 @@ class Command(ABC):
     """
 
     formats: tuple[str, ...] = ("table", "wide", "json", "yaml")  # the output formats it can print
+    clusters: str | None = None  # a report over several clusters (--context repeated, --all-contexts): cli/clusters.py
     queues = False  # live: read the Kueue and Kaiwo kinds (and Nodes) too
     opts: GlobalOptions
     fmt: str
@@ -228,6 +238,12 @@ class Command(ABC):
 
     def run(self, ctx: click.Context) -> int:
         self.complete(GlobalOptions.of(ctx))
+        if self.clusters and (self.opts.several_clusters() or len(self.opts.snapshots) > 1):
+            from .clusters import run_clusters  # only then: one cluster starts as it always did
+
+            code = run_clusters(self)
+            if code is not None:
+                return code
         self.validate()
         self.opts.print(self.evaluate(self.load()), self.fmt)
         return self.exit_code()
@@ -245,6 +261,10 @@ class RunCommand(Command):
     run_name: str
 
     def validate(self) -> None:
+        if self.run_name.count("/") == 2 and all(self.run_name.split("/")):  # CONTEXT/NAMESPACE/NAME
+            from .clusters import split_context
+
+            self.run_name = split_context(self.opts, self.run_name)
         self.opts.object_ref("run", self.run_name)  # a malformed name fails before anything is loaded
 
     def run_of(self, snapshot: Snapshot) -> Run:
@@ -278,6 +298,15 @@ def _store_namespace(ctx: click.Context, param: click.Parameter, value: str | No
     _store("namespace")(ctx, param, value)
 
 
+def _store_contexts(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> None:
+    """``--context`` may be repeated: one context is today's ``context``; several are read one cluster each."""
+    if not value:
+        return
+    opts = GlobalOptions.of(ctx)
+    opts.contexts = list(dict.fromkeys([*opts.contexts, *value]))
+    opts.context = opts.contexts[0] if len(opts.contexts) == 1 else None
+
+
 def _complete_formats(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     from ..formats import FORMATS
 
@@ -300,8 +329,10 @@ def _store(name: str, *, append: bool = False) -> Callable[[click.Context, click
 _GLOBAL_OPTIONS = (
     click.option("--kubeconfig", metavar="PATH", type=click.Path(readable=False), callback=_store("kubeconfig"), expose_value=False,
                  help="Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config)."),
-    click.option("--context", metavar="NAME", callback=_store("context"), expose_value=False,
-                 help="The kubeconfig context to use."),
+    click.option("--context", metavar="NAME", multiple=True, callback=_store_contexts, expose_value=False,
+                 help="The kubeconfig context to use; repeat it for a report over several clusters."),
+    click.option("--all-contexts", is_flag=True, default=None, callback=_store("all_contexts"), expose_value=False,
+                 help="A report over every context of the kubeconfig, one cluster each."),
     click.option("-n", "--namespace", metavar="NS", callback=_store_namespace, expose_value=False,
                  help="The namespace: of the object for plan/explain/seeds verify (or write NAMESPACE/NAME); "
                  "narrows reports."),

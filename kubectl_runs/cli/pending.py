@@ -41,6 +41,7 @@ def pending(ctx: click.Context, flavor: str | None) -> int:
 class PendingOptions(Command):
     flavor: str | None = None
     formats = REPORT_FORMATS
+    clusters = "pending"  # also over several clusters (cli/clusters.py)
 
     def load(self) -> Snapshot:
         return self.opts.load(None, pods=True)

@@ -50,6 +50,7 @@ class QueuesUsageOptions(Command):
     cohort: str | None = None
     flavor: str | None = None
     formats = REPORT_FORMATS
+    clusters = "queues"  # also over several clusters (cli/clusters.py)
     queues = True
 
     def load(self) -> Snapshot:

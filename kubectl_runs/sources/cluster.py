@@ -122,13 +122,26 @@ _PAGE_META = msgspec.json.Decoder(_Page)
 _ITEM_DECODERS: dict[str, msgspec.json.Decoder] = {}
 
 
+_DECODERS_LOCK = threading.Lock()
+
+
 def _items_decoder(kind: str) -> msgspec.json.Decoder:
-    """A decoder of one list page into typed records (items of built-in lists carry no ``kind``)."""
-    decoder = _ITEM_DECODERS.get(kind)
-    if decoder is None:
-        page_type = msgspec.defstruct(f"{kind}Page", [("items", list[SNAPSHOT_KINDS[kind]], [])], frozen=True, gc=False)
-        decoder = _ITEM_DECODERS[kind] = msgspec.json.Decoder(page_type)
-    return decoder
+    """A decoder of one list page into typed records (items of built-in lists carry no ``kind``). Made under a
+    lock: msgspec builds a type's decoding information in Python code, and a thread that decodes with it
+    half-built crashes the process (several clusters are read in parallel: cli/clusters.py warms them first)."""
+    with _DECODERS_LOCK:
+        decoder = _ITEM_DECODERS.get(kind)
+        if decoder is None:
+            page_type = msgspec.defstruct(f"{kind}Page", [("items", list[SNAPSHOT_KINDS[kind]], [])], frozen=True,
+                                          gc=False)
+            decoder = _ITEM_DECODERS[kind] = msgspec.json.Decoder(page_type)
+        return decoder
+
+
+def warm_decoders() -> None:
+    """Make every list decoder now, in one thread, before several clusters are read at once."""
+    for resource in (*RESOURCES, *QUEUE_RESOURCES, PODS):
+        _items_decoder(resource.kind)
 
 
 class Cluster:

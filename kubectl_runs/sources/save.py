@@ -62,7 +62,17 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
             groups.setdefault(resource.api_version.rpartition("/")[0], []).append(resource.kind)
         named = "; ".join(f"{', '.join(kinds)} ({group})" for group, kinds in groups.items())
         notes.append(f"not installed on {cluster.server}, so the snapshot holds none: {named}")
-    return snapshot_document(items, taken_at, absent=[r.kind for r in absent]), notes
+    return snapshot_document(items, taken_at, absent=[r.kind for r in absent], context=_context_of(source),
+                             server=cluster.server), notes
+
+
+def _context_of(source: Source) -> str | None:
+    """The kubeconfig context read: ``--context``, else the current context (None in-cluster)."""
+    if source.context:
+        return source.context
+    from .contexts import current_context
+
+    return current_context(source.kubeconfig)
 
 
 def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: list[str]) -> list[dict]:

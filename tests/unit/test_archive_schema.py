@@ -16,7 +16,7 @@ from kubectl_runs.model import GPULease
 
 def reread(row: schema.Row) -> GPULease:
     """What a reader's ``LEASE_SELECT`` returns for this row, turned back into a lease."""
-    values = tuple(getattr(row, name) for name in schema.COLUMN_NAMES if name not in ("gpus", "payer_namespace", "closed"))
+    values = tuple(getattr(row, name) for name in schema.COLUMN_NAMES if name not in ("gpus", "payer_namespace", "closed", "cluster"))
     return schema.lease_of(values)
 
 

@@ -73,7 +73,7 @@ def test_every_column_is_what_row_of_makes(tmp_path, indent):
     expected = sorted((schema.row_of(x) for x in CASES), key=lambda r: r.name)
     assert len(rows) == len(expected)
     for got, want in zip(rows, expected, strict=True):
-        assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(want)), want.name
+        assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(want))[:-1], want.name
         assert got[-1] == schema.month_of(want.start)
 
 
@@ -90,7 +90,7 @@ def test_defaults_written_out_read_as_left_out(tmp_path):
     path = write_json(tmp_path / "s.json", [], items=[item])
     [got] = rows_of(path)
     [want] = load_snapshot([path]).leases
-    assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(schema.row_of(want)))
+    assert (*got[:8], tuple(got[8]), *got[9:-1]) == tuple(msgspec.structs.astuple(schema.row_of(want)))[:-1]
 
 
 @pytest.fixture(params=["fork", "thread"] if snapshot_rows.FORK else ["thread"])

@@ -147,24 +147,24 @@ def test_a_file_of_another_schema_version_is_named(tmp_path):
         file = directory / part["file"]
         con = duckdb.connect()
         con.execute(f"COPY (SELECT * FROM read_parquet('{file}')) TO '{file}.x' (FORMAT parquet, "
-                    "KV_METADATA {'kubectl-runs.lease-archive.schema-version': '2'})")
+                    "KV_METADATA {'kubectl-runs.lease-archive.schema-version': '3'})")
         Path(f"{file}.x").replace(file)
         part["bytes"] = file.stat().st_size
         part["sha256"] = store.sha256(file)
         (directory / "_manifest.json").write_text(json.dumps(manifest))
 
     directory = damaged(tmp_path, other_version)
-    with pytest.raises(ArchiveError, match=r"leases-000001.parquet: schema version 2; this kubectl-runs reads version 1"):
+    with pytest.raises(ArchiveError, match=r"leases-000001.parquet: schema version 3; this kubectl-runs reads versions 1 and 2"):
         reader.open_archive(directory)
 
 
 def test_a_manifest_of_another_version_or_garbage_is_named(tmp_path):
     def newer(directory, manifest):
-        manifest["schemaVersion"] = 2
+        manifest["schemaVersion"] = 3
         (directory / "_manifest.json").write_text(json.dumps(manifest))
 
     directory = damaged(tmp_path, newer)
-    with pytest.raises(ArchiveError, match=r"_manifest.json: schema version 2; this kubectl-runs reads version 1"):
+    with pytest.raises(ArchiveError, match=r"_manifest.json: schema version 3; this kubectl-runs reads versions 1 and 2"):
         reader.open_archive(directory)
     (directory / "_manifest.json").write_text("{not json")
     with pytest.raises(ArchiveError, match=r"_manifest.json: not a lease archive manifest"):
@@ -195,7 +195,7 @@ def test_rows_are_sorted_by_start_in_each_file(tmp_path):
                            f"FROM read_parquet('{tmp_path / 'a' / part.file}')").fetchall()
         assert keys == sorted(keys)
     kv = con.execute(f"SELECT value FROM parquet_kv_metadata('{tmp_path / 'a' / part.file}')").fetchall()
-    assert (b"1",) in kv
+    assert (b"2",) in kv
     assert msgspec.json.decode((tmp_path / "a" / "_manifest.json").read_bytes())["format"] == "kubectl-runs/lease-archive"
 
 
@@ -300,9 +300,9 @@ def test_an_old_archive_of_another_version_is_refused_and_not_renamed(tmp_path):
     store.archive(tmp_path / "a", history(10, 50), archived_at=AT)
     old = old_layout(tmp_path / "a")
     manifest = json.loads((old / "manifest.json").read_text())
-    manifest["schemaVersion"] = 2
+    manifest["schemaVersion"] = 3
     (old / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArchiveError, match=r"/manifest.json: schema version 2; this kubectl-runs reads version 1"):
+    with pytest.raises(ArchiveError, match=r"/manifest.json: schema version 3; this kubectl-runs reads versions 1 and 2"):
         store.archive(old, history(10, 60), archived_at=AT)
     assert (old / "manifest.json").exists() and not (old / "_manifest.json").exists()
 

@@ -89,7 +89,7 @@ def test_verify(capsys, tmp_path):
         ("foreign", ["--to", "{d}", "--snapshot", EXAMPLE],
          "error: {d}: not a lease archive (no _manifest.json) and not empty: holds notes.txt"),
         ("file", ["--to", "{d}/f", "--snapshot", EXAMPLE], "error: {d}/f: not a directory"),
-        ("newer", ["--verify", "{d}"], "error: {d}/_manifest.json: schema version 2; this kubectl-runs reads version 1"),
+        ("newer", ["--verify", "{d}"], "error: {d}/_manifest.json: schema version 3; this kubectl-runs reads versions 1 and 2"),
         (None, ["--to", "{d}/a", "--snapshot", EXAMPLE, "--before", "soon"],
          "error: --before: 'soon' is not a time: use RFC 3339 (2025-11-01T00:15:00Z), a date, or a duration back "
          "from --at (7d, 24h)"),
@@ -105,7 +105,7 @@ def test_bad_input_is_one_line(capsys, tmp_path, setup, args, line):
     elif setup == "newer":
         run_cli(capsys, "leases", "archive", "--to", d, "--snapshot", EXAMPLE)
         manifest = json.loads((tmp_path / "_manifest.json").read_text())
-        manifest["schemaVersion"] = 2
+        manifest["schemaVersion"] = 3
         (tmp_path / "_manifest.json").write_text(json.dumps(manifest))
     code, out, err = run_cli(capsys, "leases", "archive", *[a.format(d=d) for a in args])
     assert (code, out, err) == (1, "", line.format(d=d) + "\n")

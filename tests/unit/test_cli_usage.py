@@ -62,7 +62,7 @@ def test_a_bare_command_group_prints_its_help_and_exits_0(capsys, args, usage):
         (["budgets", "nope"], "no such command 'nope'.", "kubectl runs budgets"),
         (["completion", "tcsh"], 'unsupported shell "tcsh": choose one of bash, zsh, fish, kubectl',
          "kubectl runs completion"),
-        (["plan", "a/b/c"], "run 'a/b/c': write NAME or NAMESPACE/NAME", "kubectl runs plan"),
+        (["plan", "a/b/c/d"], "run 'a/b/c/d': write NAME or NAMESPACE/NAME", "kubectl runs plan"),  # a/b/c: CONTEXT/NS/NAME
         (["plan", "rai-sys/pretrain-32", "-n", "rai-eval"],
          "run rai-sys/pretrain-32 is in namespace rai-sys, but -n says rai-eval: give one of them",
          "kubectl runs plan"),

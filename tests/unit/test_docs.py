@@ -158,6 +158,7 @@ CASES = [
     ["plan", "nowhere", "--snapshot", EXAMPLE],
     ["plan", "job", "-A", "--snapshot", "twins.yaml"],
     ["plan", "nowhere", "-A", "--snapshot", EXAMPLE],
+    ["plan", "a/b/c/d", "--snapshot", EXAMPLE],
     ["plan", "a/b/c", "--snapshot", EXAMPLE],
     ["plan", "rai-sys/pretrain-32", "-n", "rai-eval", "--snapshot", EXAMPLE],
     ["seeds", "verify", "rai-sys/pretrain-32-r1", "--snapshot", EXAMPLE],

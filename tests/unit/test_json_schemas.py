@@ -27,7 +27,9 @@ REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "
            "leases-audit-every",  # tests/unit/test_audit_periods.py
            "leases-audit-hours",
            "pending",  # tests/unit/test_schemas.py and test_pending_command.py
-           "explain-pod")  # tests/unit/test_explain_pod.py
+           "explain-pod",  # tests/unit/test_explain_pod.py
+           # reports over several clusters: tests/unit/test_cluster_reports.py
+           "budgets-usage-clusters", "leases-audit-clusters", "queues-usage-clusters", "pending-clusters")
 
 
 @cache

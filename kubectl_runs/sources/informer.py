@@ -178,7 +178,7 @@ class Informer(threading.Thread):
                 break
         self.cache.replace(self.resource.kind, entries)
         self.lists += 1
-        bad = sum(1 for e in entries if e.bad is not None)
+        bad = sum(1 for e in entries if getattr(e, "bad", None) is not None)
         self.log("listed", kind=self.resource.kind, objects=len(entries), bad=bad,
                  resourceVersion=self.resource_version)
 

@@ -120,7 +120,8 @@ class _Watch:
         while not wait_synced(store, stop, timeout=POLL, informers=informers):
             if self.expired():
                 return self.timed_out()
-        seen = -1  # the informers' first lists count as a change: what changed since our own load
+        store.changes()  # the first lists name every object: not what changed since our own load
+        seen = -1  # but they are evaluated at once: what changed between our load and theirs is printed
         pending: list = []
         while True:
             if not self.wait_change(store, seen):
@@ -231,12 +232,14 @@ def _start(cmd: Command, stop: threading.Event) -> tuple[WatchCache, list]:
     quiet_client_logging()
     resources = resources_of(cmd)
     store = WatchCache([r.kind for r, _ in resources])
-    configuration = _api_client(cmd.opts.source(None)).configuration
+    source = cmd.opts.source(None)
+    configuration = _api_client(source).configuration
     notices = _Notices()
     informers = []
     for resource, missing_ok in resources:
         informer = Informer(resource, store, client.ApiClient(configuration), stop, log=notices.log,
-                            base_backoff=0.2, max_backoff=2.0, missing_ok=missing_ok)
+                            base_backoff=0.2, max_backoff=2.0, missing_ok=missing_ok,
+                            fallback_namespace=source.fallback_namespace)
         informers.append(informer)
         informer.start()
     return store, informers

@@ -132,7 +132,8 @@ class Informer(threading.Thread):
     def __init__(self, resource: Resource, cache: Any, api: Any, stop: threading.Event, *,
                  log: Callable[..., None], count_error: Callable[[str, str, str], None] | None = None,
                  watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0,
-                 max_failures: int | None = None, missing_ok: bool = False):
+                 max_failures: int | None = None, missing_ok: bool = False,
+                 fallback_namespace: str | None = None):
         super().__init__(name=f"informer-{resource.plural}", daemon=True)
         self.resource = resource
         self.cache = cache
@@ -149,13 +150,16 @@ class Informer(threading.Thread):
         self.failed = ""  # why it gave up
         self.missing_ok = missing_ok  # a 404 on the list (CRD not installed): no objects of this kind, no watch
         self.missing = False
+        # a 403 on the cluster-wide list of a namespaced kind: list and watch this namespace alone (as reports do)
+        self.fallback_namespace = fallback_namespace if resource.namespaced else None
+        self.namespace: str | None = None
         self._response: Any = None
 
     # --- list ---------------------------------------------------------------------------------------------
 
     def list_once(self) -> None:
         """List every object (pages of LIST_CHUNK) and replace the store; remember the list's version."""
-        path = self.resource.path(None)
+        path = self.resource.path(self.namespace)
         entries: list[Any] = []
         token = ""
         while True:
@@ -165,6 +169,11 @@ class Informer(threading.Thread):
             try:
                 body = request(self.api, "GET", path, query=query, timeout=(10, 60))
             except ApiError as exc:
+                if exc.status == 403 and self.fallback_namespace and self.namespace is None and not token:
+                    self.namespace = self.fallback_namespace
+                    self.log("narrowed", kind=self.resource.kind, namespace=self.namespace)
+                    path = self.resource.path(self.namespace)
+                    continue
                 if exc.status != 404 or not self.missing_ok:
                     raise
                 self.missing = True
@@ -188,7 +197,7 @@ class Informer(threading.Thread):
         """One watch from the last resourceVersion until the server ends it; events go into the cache."""
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self.resource_version),
                  ("timeoutSeconds", WATCH_TIMEOUT_SECONDS)]
-        response = request(self.api, "GET", self.resource.path(None), query=query, stream=True,
+        response = request(self.api, "GET", self.resource.path(self.namespace), query=query, stream=True,
                            timeout=(10, WATCH_TIMEOUT_SECONDS + 60))
         self._response = response
         try:

@@ -203,3 +203,26 @@ def test_a_pipe_closed_by_head_ends_the_watch_quietly(cp):
     assert shell.returncode == 0, err
     assert err == ""
     assert json.loads(out)["envelopes"]
+
+
+def test_a_user_bound_to_one_namespace_watches_that_namespace(cp):
+    """RBAC refuses ``reader`` the cluster-wide lists: the report reads namespace -n alone (a note, as without
+    -w), and so do its informers; a lease created there is still printed."""
+    cp.kubectl("create", "role", "watch-reads", "-n", NS, "--verb=get,list,watch",
+               "--resource=budgets.jobtree.dev,runs.jobtree.dev,reservations.jobtree.dev,gpuleases.jobtree.dev")
+    cp.kubectl("create", "rolebinding", "watch-reads", "-n", NS, "--role=watch-reads", "--user=reader")
+    cp.kubectl("create", "clusterrole", "watch-node-reader", "--verb=get,list,watch", "--resource=nodes")
+    cp.kubectl("create", "clusterrolebinding", "watch-node-reader", "--clusterrole=watch-node-reader",
+               "--user=reader")
+    env = dict(os.environ, KUBECONFIG=cp.kubeconfig_for("reader"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_runs", "budgets", "usage", "-n", NS, "-w", "-o", "json",
+                             "--timeout", "8s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(ROOT))
+    time.sleep(4.0)
+    new_lease(cp, "l-reader", ["w-gpu-2#4"])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert len(docs) == 2, (out, err)
+    assert used(docs[1]) == used(docs[0]) + 1
+    assert "interrupted" not in err, err

@@ -226,3 +226,17 @@ def test_a_user_bound_to_one_namespace_watches_that_namespace(cp):
     assert len(docs) == 2, (out, err)
     assert used(docs[1]) == used(docs[0]) + 1
     assert "interrupted" not in err, err
+
+
+@pytest.mark.parametrize("args", [["explain", f"{NS}/trainer"], ["pending"], ["queues", "usage"],
+                                  ["budgets", "usage", "-o", "wide"]],
+                         ids=["explain", "pending", "queues-usage", "budgets-usage-wide"])
+def test_every_report_watches_until_its_timeout(cp, args):
+    """Each report with -w: one block (nothing changed), exit 0 at --timeout; kinds whose CRDs are not
+    installed (Kueue's here) are watched as empty, without a note."""
+    env = dict(os.environ, KUBECONFIG=cp.admin_kubeconfig)
+    done = subprocess.run([sys.executable, "-m", "kubectl_runs", *args, "-w", "--timeout", "3s"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n--- ") + done.stdout.startswith("--- ") == 1, done.stdout
+    assert "interrupted" not in done.stderr and "Traceback" not in done.stderr, done.stderr

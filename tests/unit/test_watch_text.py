@@ -102,3 +102,47 @@ def test_the_watch_cache_counts_only_changes_of_what_the_model_reads():
     store.replace("Run", [store.decode("Run", _obj("r2", "9", note="x"))])  # a re-list: its differences
     assert [str(c) for c in store.changes()] == ["ADDED Run a/r2"]
     assert [r.metadata.name for r in store.snapshot().runs] == ["r2"]
+
+
+class _Opts:
+    def __init__(self):
+        self.at = None
+        self.no_headers = False
+        self.watch_events = False
+        self.wall_clock = AT
+
+    def evaluation_time(self, _snapshot):
+        return self.wall_clock
+
+
+class _HoursReport:
+    """A report whose figures move with the clock (GPU-hours) and with its objects (the GPUs used)."""
+
+    fmt = "json"
+
+    def __init__(self):
+        self.opts = _Opts()
+
+    def evaluate(self, snapshot):
+        at = self.opts.wall_clock
+        hours = snapshot["gpus"] * (at - AT).total_seconds() / 3600
+        return Document(data={"at": at, "usedGPUs": snapshot["gpus"], "gpuHours": hours})
+
+
+def test_a_block_is_printed_when_the_objects_change_what_it_says_never_for_the_clock_alone(capsys, monkeypatch):
+    from datetime import timedelta
+
+    from kubectl_runs.cli import watching
+
+    report = _HoursReport()
+    watch = watching._Watch(report, None)
+    watch.emit(report.evaluate({"gpus": 8}), AT, [])
+    later = AT + timedelta(hours=1)
+    monkeypatch.setattr(watching, "now_utc", lambda: later)
+    assert not watch.evaluate({"gpus": 8}, [])  # an hour passed, the hours moved, nothing else: no block
+    assert watch.evaluate({"gpus": 9}, [Change("ADDED", "GPULease", "a/l")])  # a lease: a block, evaluated now
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"at": "2025-11-01T00:15:00Z", "usedGPUs": 8, "gpuHours": 0.0},
+        {"at": "2025-11-01T01:15:00Z", "usedGPUs": 9, "gpuHours": 9.0}]
+    assert not watch.evaluate({"gpus": 9}, [])  # the same state again: never printed twice

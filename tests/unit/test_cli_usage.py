@@ -100,8 +100,9 @@ def test_through_the_installed_program():
     (["budgets", "usge"], "error: no such command 'usge'. Did you mean 'usage'?"),
     (["xyzzy"], "error: no such command 'xyzzy'."),
     (["budgets", "usage", "--flavour", "x"], "error: no such option '--flavour'. Did you mean '--flavor'?"),
-    # compared without their dashes: --watch is nothing like --at
-    (["budgets", "usage", "--watch"], "error: no such option '--watch'."),
+    # compared without their dashes: --watch is nothing like --at (leases audit has no -w)
+    (["leases", "audit", "--watch"], "error: no such option '--watch'."),
+    (["budgets", "usage", "--wach"], "error: no such option '--wach'. Did you mean '--watch'?"),
 ])
 def test_a_misspelling_gets_a_suggestion_at_every_level(capsys, args, first_line):
     code, out, err = run_cli(capsys, *args)

@@ -240,3 +240,36 @@ def test_every_report_watches_until_its_timeout(cp, args):
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n--- ") + done.stdout.startswith("--- ") == 1, done.stdout
     assert "interrupted" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_410_on_the_real_server_relists_and_delivers_the_state(cp):
+    """The shared informer (sources/informer.py) resuming from a resourceVersion the API server no longer
+    keeps: the server says 410 Gone (Expired), the informer lists again and the store holds the cluster's state,
+    each object once."""
+    from kubernetes import client
+
+    from kubectl_runs.sources import Source
+    from kubectl_runs.sources.cluster import RESOURCES, _api_client
+    from kubectl_runs.sources.informer import Informer
+    from kubectl_runs.sources.watchcache import WatchCache
+
+    leases = next(r for r in RESOURCES if r.kind == "GPULease")
+    store = WatchCache(["GPULease"])
+    stop = threading.Event()
+    logged: list = []
+    api = client.ApiClient(_api_client(Source(kubeconfig=cp.admin_kubeconfig)).configuration)
+    informer = Informer(leases, store, api, stop, log=lambda msg, **f: logged.append((msg, f)), base_backoff=0.1)
+    informer.resource_version = "1"  # as a watch resumed long after: that version is gone from the server
+    informer.start()
+    try:
+        wait_for("the relist", lambda: informer.lists >= 1 and store.all_synced(), timeout=30)
+        assert any(msg == "relist" and f["reason"] == "410 Gone" for msg, f in logged), logged
+        names = sorted(c.key for c in store.changes())
+        code, body = cp.request("GET", f"/apis/jobtree.dev/v1alpha1/namespaces/{NS}/gpuleases")
+        assert code == 200, body
+        assert names == sorted(f"{NS}/{item['metadata']['name']}" for item in body["items"])
+        new_lease(cp, "l-after-410", ["w-gpu-2#5"])  # and it watches from the new list's version
+        wait_for("the new lease", lambda: any(c.key == f"{NS}/l-after-410" for c in store.changes()), timeout=10)
+    finally:
+        stop.set()
+        informer.close()

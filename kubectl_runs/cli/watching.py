@@ -238,7 +238,7 @@ def _start(cmd: Command, stop: threading.Event) -> tuple[WatchCache, list]:
     informers = []
     for resource, missing_ok in resources:
         informer = Informer(resource, store, client.ApiClient(configuration), stop, log=notices.log,
-                            base_backoff=0.2, max_backoff=2.0, missing_ok=missing_ok,
+                            base_backoff=0.2, max_backoff=1.0, missing_ok=missing_ok,
                             fallback_namespace=source.fallback_namespace)
         informers.append(informer)
         informer.start()

@@ -11,6 +11,7 @@ from ..engine.usage import budget_usage
 from ..render import REPORT_FORMATS
 from ..views.usage import usage_document
 from .options import Command, GlobalOptions, global_options
+from .watch_flags import watch_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -27,6 +28,7 @@ def budgets() -> None:
 @click.option("--owner", metavar="PATH", help="Keep this owner and its descendants (e.g. org:ai:rai).")
 @click.option("--flavor", metavar="FLAVOR", help="Keep envelopes of this GPU flavor (e.g. H100-80GB).")
 @global_options
+@watch_options
 @click.pass_context
 def usage(ctx: click.Context, owner: str | None, flavor: str | None) -> int:
     """Every envelope at one instant: GPUs used by class (owned, shared, borrowed), headroom, unfunded and

@@ -13,6 +13,7 @@ from ..errors import UsageError, UserError
 from ..views.explain import explain_document
 from .completion import complete_runs
 from .options import Command, RunCommand, global_options
+from .watch_flags import watch_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -27,6 +28,7 @@ POD_WORDS = ("pod", "pods", "po")
 @click.command("explain")
 @click.argument("words", metavar="RUN", nargs=-1, required=True, shell_complete=complete_runs)
 @global_options
+@watch_options
 @click.pass_context
 def explain(ctx: click.Context, words: tuple[str, ...]) -> int:
     """Everything about RUN on one screen: its phase and width, how its GPUs are funded (owned, shared,
@@ -120,6 +122,8 @@ class ExplainPodOptions(Command):
 
     def validate(self) -> None:
         self.opts.object_ref("pod", self.name)
+
+    pods = True
 
     def load(self) -> Snapshot:
         return self.opts.load(None, pods=True)

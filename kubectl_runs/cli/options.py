@@ -52,6 +52,9 @@ class GlobalOptions:
     request_timeout: str | None = None
     chunk_size: int | None = None
     wall_clock: datetime = field(default_factory=now_utc)  # the one read of the clock (DESIGN.md)
+    watch: bool = False  # -w/--watch and its flags (cli/watch_flags.py; the watch itself: cli/watching.py)
+    watch_events: bool = False
+    watch_timeout: str | None = None
 
     @staticmethod
     def of(ctx: click.Context) -> GlobalOptions:
@@ -219,6 +222,7 @@ class Command(ABC):
     formats: tuple[str, ...] = ("table", "wide", "json", "yaml")  # the output formats it can print
     clusters: str | None = None  # a report over several clusters (--context repeated, --all-contexts): cli/clusters.py
     queues = False  # live: read the Kueue and Kaiwo kinds (and Nodes) too
+    pods = False  # live: read Pods and every kind (`pending`, `explain pod`); what `-w` watches
     opts: GlobalOptions
     fmt: str
 
@@ -238,6 +242,9 @@ class Command(ABC):
 
     def run(self, ctx: click.Context) -> int:
         self.complete(GlobalOptions.of(ctx))
+        watching = self.opts.watch or self.opts.watch_events or self.opts.watch_timeout is not None
+        if watching and self.opts.several_clusters():
+            raise UsageError("-w/--watch follows one cluster: give one --context (or none)")
         if self.clusters and (self.opts.several_clusters() or len(self.opts.snapshots) > 1):
             from .clusters import run_clusters  # only then: one cluster starts as it always did
 
@@ -245,6 +252,10 @@ class Command(ABC):
             if code is not None:
                 return code
         self.validate()
+        if watching:
+            from .watching import watch  # only with -w: start-up and --help never import the watch
+
+            return watch(self)
         self.opts.print(self.evaluate(self.load()), self.fmt)
         return self.exit_code()
 

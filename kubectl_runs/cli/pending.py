@@ -10,6 +10,7 @@ import click
 
 from ..render import REPORT_FORMATS
 from .options import Command, global_options
+from .watch_flags import watch_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 @click.command("pending")
 @click.option("--flavor", metavar="FLAVOR", help="Keep the Runs of this GPU flavor and the pods that may use its nodes.")
 @global_options
+@watch_options
 @click.pass_context
 def pending(ctx: click.Context, flavor: str | None) -> int:
     """Every pending GPU consumer, whatever admits it: Runs (jobtree), Kueue's pending Workloads, and pods that
@@ -42,6 +44,8 @@ class PendingOptions(Command):
     flavor: str | None = None
     formats = REPORT_FORMATS
     clusters = "pending"  # also over several clusters (cli/clusters.py)
+
+    pods = True
 
     def load(self) -> Snapshot:
         return self.opts.load(None, pods=True)

@@ -11,6 +11,7 @@ from ..engine.plan import plan_run
 from ..views.plan import plan_document
 from .completion import complete_runs
 from .options import RunCommand, global_options
+from .watch_flags import watch_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 @click.command("plan")
 @click.argument("run_name", metavar="RUN", shell_complete=complete_runs)
 @global_options
+@watch_options
 @click.pass_context
 def plan(ctx: click.Context, run_name: str) -> int:
     """Why RUN is not starting, and what would fix it: the GPUs it needs, how many can be placed (free slots
@@ -42,6 +44,8 @@ def plan(ctx: click.Context, run_name: str) -> int:
 
 @dataclass
 class PlanOptions(RunCommand):
+    watch_until_running = True  # -w ends (exit 0) once the run is Running or finished
+
     def evaluate(self, snapshot: Snapshot) -> Document:
         # Every namespace is loaded: ancestors, siblings and sponsors live elsewhere.
         return plan_document(plan_run(snapshot, self.run_of(snapshot), self.opts.evaluation_time(snapshot)), self.fmt)

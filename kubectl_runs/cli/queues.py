@@ -12,6 +12,7 @@ from ..errors import UserError
 from ..render import REPORT_FORMATS
 from ..views.queues import usage_document
 from .options import Command, global_options
+from .watch_flags import watch_options
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -28,6 +29,7 @@ def queues() -> None:
 @click.option("--cohort", metavar="COHORT", help="Keep the ClusterQueues in this Cohort (and its child Cohorts).")
 @click.option("--flavor", metavar="FLAVOR", help="Keep the rows of this ResourceFlavor.")
 @global_options
+@watch_options
 @click.pass_context
 def usage(ctx: click.Context, cohort: str | None, flavor: str | None) -> int:
     """Per ClusterQueue, flavor and GPU resource (nvidia.com/gpu, amd.com/gpu): nominal quota, borrowing and

@@ -15,9 +15,7 @@ immutable Snapshot the pure code evaluates (cached until something changes)."""
 from __future__ import annotations
 
 import bisect
-import contextlib
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,16 +23,19 @@ from typing import Any
 import msgspec
 
 from ..model import KINDS, Snapshot
-from ..sources.cluster import RESOURCES, Resource, _status_message
+from ..sources.cluster import RESOURCES
 from ..sources.files import _field_error
-from ..sources.transport import describe
-from .ratelimit import RateLimiterClosed
+from ..sources.informer import (  # noqa: F401  (the generic list+watch, shared with `-w`; imported from here too)
+    LIST_CHUNK,
+    STOPPING,
+    WATCH_TIMEOUT_SECONDS,
+    ApiError,
+    Gone,
+    Informer,
+    request,
+    wait_synced,
+)
 from .status import STATUS_KINDS, BadObject, ObjKey, Stored
-
-WATCH_TIMEOUT_SECONDS = 300  # the server ends a watch after this; it is resumed from the last version
-LIST_CHUNK = 500
-STOPPING = "Stopping"  # ApiError.reason of a request the rate limiter held until the reconciler stopped
-
 
 # --- decoding ----------------------------------------------------------------------------------------------
 
@@ -52,31 +53,7 @@ class _Peek(msgspec.Struct, frozen=True, gc=False):
     status: dict[str, Any] | None = None
 
 
-class _ListMeta(msgspec.Struct, frozen=True, gc=False, rename="camel"):
-    resource_version: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _RawList(msgspec.Struct, frozen=True, gc=False):
-    metadata: _ListMeta = _ListMeta()
-    items: list[msgspec.Raw] = []
-
-
-class _Event(msgspec.Struct, frozen=True, gc=False):
-    type: str
-    object: msgspec.Raw
-
-
-class _Status(msgspec.Struct, frozen=True, gc=False):
-    code: int = 0
-    reason: str = ""
-    message: str = ""
-
-
 _PEEK = msgspec.json.Decoder(_Peek)
-_RAW_LIST = msgspec.json.Decoder(_RawList)
-_EVENT = msgspec.json.Decoder(_Event)
-_STATUS = msgspec.json.Decoder(_Status)
 _TYPED = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
 
 
@@ -183,6 +160,8 @@ class Cache:
         self.synced = {r.kind: threading.Event() for r in RESOURCES}
         self.on_change = on_change
 
+    decode = staticmethod(decode_entry)  # what the informers decode each object with
+
     def _notify(self, kind: str, old: Entry | None, new: Entry | None) -> None:
         if self.on_change is not None:
             self.on_change(kind, old, new)
@@ -276,211 +255,3 @@ class Cache:
                 bad.update(held.bad)
             self._built = (self._version, snapshot, stored, bad)
             return snapshot, stored, bad
-
-
-# --- talking to the API server -----------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """A failed request: HTTP status (0 = no answer), the Status reason and a one-line message."""
-
-    def __init__(self, status: int, reason: str, message: str):
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-
-class Gone(ApiError):
-    """410: the resourceVersion is too old; list again."""
-
-
-def request(api: Any, method: str, path: str, *, query: list[tuple[str, Any]] | None = None, body: Any = None,
-            content_type: str = "application/json", timeout: Any = None, stream: bool = False) -> Any:
-    """One request through the kubernetes client's ApiClient (kubeconfig auth, TLS, proxies). Returns the
-    body bytes, or — with ``stream`` — the open urllib3 response. Raises ApiError (Gone for 410)."""
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = content_type
-    serialized = api.param_serialize(method=method, resource_path=path, query_params=query or [],
-                                     header_params=headers, body=body, auth_settings=["BearerToken"])
-    try:
-        response = api.call_api(*serialized, _request_timeout=timeout)
-    except RateLimiterClosed as exc:  # stopping while it waited for the client-side rate limiter: never sent
-        raise ApiError(0, STOPPING, str(exc)) from None
-    except Exception as exc:  # urllib3 transport errors, or an ApiException raised before a response
-        status = getattr(exc, "status", 0) or 0
-        if status:
-            raise _error(status, getattr(exc, "body", None) or str(exc)) from None
-        configuration = api.configuration
-        raise ApiError(0, "Unreachable", _transport_text(exc, getattr(configuration, "host", "?"),
-                                                         getattr(configuration, "proxy", None))) from None
-    if not 200 <= response.status <= 299:
-        raise _error(response.status, response.read())
-    if stream:
-        return response.response
-    return response.read()
-
-
-def _transport_text(exc: Exception, server: str, proxy: str | None = None) -> str:
-    """One line, as the reports say it (sources/transport.py)."""
-    detail = f"{type(exc).__name__}: {exc}"
-    if "timed out" in detail.lower() or "Timeout" in detail:
-        return f"the server at {server} did not answer in time"
-    return describe(exc, server, proxy)
-
-
-def _error(status: int, body: Any) -> ApiError:
-    reason = ""
-    if isinstance(body, (bytes, str)):
-        try:
-            reason = _STATUS.decode(body).reason
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            reason = ""
-    message = _status_message(body) if status else " ".join(str(body).split())[:300]
-    reason = reason or {0: "Unreachable", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired"}.get(
-        status, str(status))
-    cls = Gone if status == 410 else ApiError
-    return cls(status, reason, message)
-
-
-class Informer(threading.Thread):
-    """List, then watch, one kind into the cache, forever (until ``stop``)."""
-
-    def __init__(self, resource: Resource, cache: Cache, api: Any, stop: threading.Event, *,
-                 log: Callable[..., None], count_error: Callable[[str, str, str], None] | None = None,
-                 watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0,
-                 max_failures: int | None = None):
-        super().__init__(name=f"informer-{resource.plural}", daemon=True)
-        self.resource = resource
-        self.cache = cache
-        self.api = api
-        self.stop_event = stop
-        self.log = log
-        self.count_error = count_error or (lambda verb, resource, reason: None)
-        self.watch_enabled = watch
-        self.base_backoff = base_backoff
-        self.max_backoff = max_backoff
-        self.resource_version = ""
-        self.lists = 0  # how many full lists (1 + relists)
-        self.max_failures = max_failures  # give up after this many failures in a row (--once); None: never
-        self.failed = ""  # why it gave up
-        self._response: Any = None
-
-    # --- list ---------------------------------------------------------------------------------------------
-
-    def list_once(self) -> None:
-        """List every object (pages of LIST_CHUNK) and replace the store; remember the list's version."""
-        path = self.resource.path(None)
-        entries: list[Entry] = []
-        token = ""
-        while True:
-            query: list[tuple[str, Any]] = [("limit", LIST_CHUNK)]
-            if token:
-                query.append(("continue", token))
-            page = _RAW_LIST.decode(request(self.api, "GET", path, query=query, timeout=(10, 60)))
-            entries.extend(decode_entry(self.resource.kind, raw) for raw in page.items)
-            token = page.metadata.continue_
-            if not token:
-                self.resource_version = page.metadata.resource_version
-                break
-        self.cache.replace(self.resource.kind, entries)
-        self.lists += 1
-        bad = sum(1 for e in entries if e.bad is not None)
-        self.log("listed", kind=self.resource.kind, objects=len(entries), bad=bad,
-                 resourceVersion=self.resource_version)
-
-    # --- watch --------------------------------------------------------------------------------------------
-
-    def watch_once(self) -> None:
-        """One watch from the last resourceVersion until the server ends it; events go into the cache."""
-        query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self.resource_version),
-                 ("timeoutSeconds", WATCH_TIMEOUT_SECONDS)]
-        response = request(self.api, "GET", self.resource.path(None), query=query, stream=True,
-                           timeout=(10, WATCH_TIMEOUT_SECONDS + 60))
-        self._response = response
-        try:
-            buffer = b""
-            for chunk in response.stream(64 * 1024, decode_content=True):
-                if self.stop_event.is_set():
-                    return
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        self._event(line)
-        finally:
-            self._response = None
-            response.release_conn()
-
-    def _event(self, line: bytes) -> None:
-        event = _EVENT.decode(line)
-        kind = self.resource.kind
-        if event.type == "ERROR":
-            status = _STATUS.decode(event.object)
-            if status.code == 410:
-                raise Gone(410, status.reason or "Expired", status.message)
-            raise ApiError(status.code, status.reason, status.message)
-        if event.type == "BOOKMARK":
-            self.resource_version = _PEEK.decode(event.object).metadata.resource_version or self.resource_version
-            return
-        entry = decode_entry(kind, event.object)
-        if event.type == "DELETED":
-            self.cache.delete(kind, entry.key)
-        else:
-            self.cache.upsert(entry)
-        if entry.resource_version:
-            self.resource_version = entry.resource_version
-
-    # --- the loop -----------------------------------------------------------------------------------------
-
-    def run(self) -> None:
-        failures = 0
-        while not self.stop_event.is_set():
-            try:
-                if not self.resource_version:
-                    self.list_once()
-                if not self.watch_enabled:
-                    return
-                self.watch_once()
-                failures = 0
-            except Gone as gone:
-                self.log("relist", kind=self.resource.kind, reason="410 Gone", detail=gone.message)
-                self.resource_version = ""
-            except Exception as exc:
-                if self.stop_event.is_set():
-                    return
-                status, reason = getattr(exc, "status", 0), getattr(exc, "reason", type(exc).__name__)
-                verb = "list" if not self.resource_version else "watch"
-                self.count_error(verb, self.resource.plural, str(reason))
-                delay = min(self.max_backoff, self.base_backoff * (2**failures))
-                failures += 1
-                if self.max_failures is not None and failures >= self.max_failures:
-                    self.failed = f"{verb} {self.resource.qualified}: {exc}"
-                    self.log("error", level="error", kind=self.resource.kind, verb=verb, status=status,
-                             reason=reason, detail=str(exc), giveUpAfter=failures)
-                    return
-                self.log("error", level="warning", kind=self.resource.kind, verb=verb, status=status,
-                         reason=reason, detail=str(exc), retryIn=f"{delay:g}s")
-                self.stop_event.wait(delay)
-
-    def close(self) -> None:
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.shutdown()
-
-
-def wait_synced(cache: Cache, stop: threading.Event, timeout: float | None = None,
-                informers: list[Informer] = ()) -> bool:
-    """Until every kind has been listed once (or ``stop``, or ``timeout``, or an informer gave up)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not stop.is_set():
-        if cache.all_synced():
-            return True
-        if any(i.failed for i in informers):
-            return False
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        stop.wait(0.05)
-    return False

@@ -66,10 +66,12 @@ def test_a_bare_command_group_prints_its_help_and_exits_0(capsys, args, usage):
         (["plan", "rai-sys/pretrain-32", "-n", "rai-eval"],
          "run rai-sys/pretrain-32 is in namespace rai-sys, but -n says rai-eval: give one of them",
          "kubectl runs plan"),
+        (["budgets", "usage", "-w", "--context", "east", "--context", "west"],
+         "-w/--watch follows one cluster: give one --context (or none)", "kubectl runs budgets usage"),
     ],
     ids=["o-xml", "o-xml-before-command", "plan-csv", "explain-csv", "seeds-csv", "by-twice", "unknown-flag",
          "missing-argument", "unknown-command", "unknown-subcommand", "unknown-shell", "three-part-name",
-         "namespace-contradicts-n"],
+         "namespace-contradicts-n", "watch-several-clusters"],
 )
 def test_a_usage_error_is_an_error_line_and_where_to_read_exit_2(capsys, args, error, command):
     code, out, err = run_cli(capsys, "--snapshot", EXAMPLE, *args)
@@ -100,8 +102,9 @@ def test_through_the_installed_program():
     (["budgets", "usge"], "error: no such command 'usge'. Did you mean 'usage'?"),
     (["xyzzy"], "error: no such command 'xyzzy'."),
     (["budgets", "usage", "--flavour", "x"], "error: no such option '--flavour'. Did you mean '--flavor'?"),
-    # compared without their dashes: --watch is nothing like --at
-    (["budgets", "usage", "--watch"], "error: no such option '--watch'."),
+    # compared without their dashes: --watch is nothing like --at (leases audit has no -w)
+    (["leases", "audit", "--watch"], "error: no such option '--watch'."),
+    (["budgets", "usage", "--wach"], "error: no such option '--wach'. Did you mean '--watch'?"),
 ])
 def test_a_misspelling_gets_a_suggestion_at_every_level(capsys, args, first_line):
     code, out, err = run_cli(capsys, *args)

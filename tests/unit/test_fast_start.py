@@ -92,3 +92,28 @@ def test_no_duckdb(args):
     assert code == 0, (args, code)
     assert out
     assert not {"duckdb", "pyarrow"} & top_level(modules), args
+
+
+WATCH_MODULES = {"kubectl_runs.cli.watching", "kubectl_runs.cli.watch_text", "kubectl_runs.sources.informer",
+                 "kubectl_runs.sources.watchcache"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["budgets", "usage", "--snapshot", EXAMPLE, "-o", "json"],
+        ["plan", "--snapshot", EXAMPLE, "-A", "pretrain-32", "-o", "json"],
+        ["explain", "--snapshot", EXAMPLE, "-A", "pretrain-32", "-o", "json"],
+        ["pending", "--snapshot", EXAMPLE, "-o", "json"],
+        ["queues", "usage", "--snapshot", EXAMPLE, "-o", "json"],
+        ["plan", "--help"],
+    ],
+    ids=["budgets-usage", "plan", "explain", "pending", "queues-usage", "plan-help"],
+)
+def test_the_watch_machinery_is_imported_only_with_w(args):
+    """``-w`` (cli/watching.py, the informers, the kubernetes client) costs nothing to a command without it."""
+    code, out, modules = imported_by(*args)
+    assert code == 0, (args, code)
+    assert out
+    assert not WATCH_MODULES & modules, sorted(WATCH_MODULES & modules)
+    assert "kubernetes" not in top_level(modules)

@@ -213,10 +213,10 @@ class _Watch:
 def resources_of(cmd: Command) -> list[tuple[Any, bool]]:
     """The kinds a report reads, as a live load lists them (sources.cluster.load_cluster), each with whether a
     404 (its CRD not installed) means no objects."""
-    from ..sources.cluster import PODS, QUEUE_RESOURCES, RESOURCES
+    from ..sources.cluster import POD_RESOURCES, QUEUE_RESOURCES, RESOURCES
 
-    if cmd.pods:
-        return [(r, r.kind != "Node") for r in (*RESOURCES, *QUEUE_RESOURCES, PODS)]
+    if cmd.pods:  # `pending`, `explain pod`: Pods, Warning Events, ResourceQuotas and LimitRanges, as a load reads
+        return [(r, r.kind != "Node") for r in (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES)]
     if cmd.queues:
         return [(RESOURCES[0], False), *((r, True) for r in QUEUE_RESOURCES)]
     return [(r, False) for r in RESOURCES]
@@ -239,7 +239,10 @@ def _start(cmd: Command, stop: threading.Event) -> tuple[WatchCache, list]:
     for resource, missing_ok in resources:
         informer = Informer(resource, store, client.ApiClient(configuration), stop, log=notices.log,
                             base_backoff=0.2, max_backoff=1.0, missing_ok=missing_ok,
-                            fallback_namespace=source.fallback_namespace)
+                            fallback_namespace=source.fallback_namespace,
+                            field_selector="type=Warning" if resource.kind == "Event" else None,
+                            # what a load reads without, with a note: Events, ResourceQuotas, LimitRanges
+                            forbidden_ok=resource.kind in ("Event", "ResourceQuota", "LimitRange"))
         informers.append(informer)
         informer.start()
     return store, informers

@@ -133,7 +133,8 @@ class Informer(threading.Thread):
                  log: Callable[..., None], count_error: Callable[[str, str, str], None] | None = None,
                  watch: bool = True, base_backoff: float = 0.5, max_backoff: float = 30.0,
                  max_failures: int | None = None, missing_ok: bool = False,
-                 fallback_namespace: str | None = None):
+                 fallback_namespace: str | None = None, field_selector: str | None = None,
+                 forbidden_ok: bool = False):
         super().__init__(name=f"informer-{resource.plural}", daemon=True)
         self.resource = resource
         self.cache = cache
@@ -153,6 +154,8 @@ class Informer(threading.Thread):
         # a 403 on the cluster-wide list of a namespaced kind: list and watch this namespace alone (as reports do)
         self.fallback_namespace = fallback_namespace if resource.namespaced else None
         self.namespace: str | None = None
+        self.field_selector = field_selector  # e.g. Events: type=Warning, on the list and the watch alike
+        self.forbidden_ok = forbidden_ok  # a 403 (after the namespace fallback) is no objects, as a 404 is
         self._response: Any = None
 
     # --- list ---------------------------------------------------------------------------------------------
@@ -164,6 +167,8 @@ class Informer(threading.Thread):
         token = ""
         while True:
             query: list[tuple[str, Any]] = [("limit", LIST_CHUNK)]
+            if self.field_selector:
+                query.append(("fieldSelector", self.field_selector))
             if token:
                 query.append(("continue", token))
             try:
@@ -174,7 +179,7 @@ class Informer(threading.Thread):
                     self.log("narrowed", kind=self.resource.kind, namespace=self.namespace)
                     path = self.resource.path(self.namespace)
                     continue
-                if exc.status != 404 or not self.missing_ok:
+                if not ((exc.status == 404 and self.missing_ok) or (exc.status == 403 and self.forbidden_ok)):
                     raise
                 self.missing = True
                 self.cache.replace(self.resource.kind, [])
@@ -197,6 +202,8 @@ class Informer(threading.Thread):
         """One watch from the last resourceVersion until the server ends it; events go into the cache."""
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self.resource_version),
                  ("timeoutSeconds", WATCH_TIMEOUT_SECONDS)]
+        if self.field_selector:
+            query.append(("fieldSelector", self.field_selector))
         response = request(self.api, "GET", self.resource.path(self.namespace), query=query, stream=True,
                            timeout=(10, WATCH_TIMEOUT_SECONDS + 60))
         self._response = response

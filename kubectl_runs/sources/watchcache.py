@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..model import SNAPSHOT_KINDS, Snapshot
+from ..pods.model import VERDICT_EVENT_REASONS
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -94,6 +95,8 @@ class WatchCache:
             record = _decoder(kind).decode(raw)
         except msgspec.ValidationError:
             record = None  # an object the model refuses: left out, as a live load would refuse it loudly
+        if kind == "Event" and record is not None and record.reason not in VERDICT_EVENT_REASONS:
+            record = None  # as a live load keeps them: the scheduler's and controllers' verdicts only
         return WatchEntry(kind, key, meta.resource_version, record)
 
     def replace(self, kind: str, entries: list[WatchEntry]) -> None:
@@ -104,7 +107,8 @@ class WatchCache:
             for key, entry in fresh.items():
                 old = held.get(key)
                 if old is None:
-                    changes.append(Change(ADDED, kind, key))
+                    if entry.record is not None:  # an object left out is no change
+                        changes.append(Change(ADDED, kind, key))
                 elif not _same(old.record, entry.record):
                     changes.append(Change(MODIFIED, kind, key))
             self._kinds[kind] = fresh
@@ -116,14 +120,15 @@ class WatchCache:
             held = self._kinds[entry.kind]
             old = held.get(entry.key)
             held[entry.key] = entry
-            if old is not None and _same(old.record, entry.record):
-                return False
+            if _same(None if old is None else old.record, entry.record):
+                return False  # the same record, or an object left out (an Event that is no verdict) again
             self._record([Change(MODIFIED if old is not None else ADDED, entry.kind, entry.key)])
             return True
 
     def delete(self, kind: str, key: str) -> None:
         with self._lock:
-            if self._kinds[kind].pop(key, None) is not None:
+            old = self._kinds[kind].pop(key, None)
+            if old is not None and old.record is not None:
                 self._record([Change(DELETED, kind, key)])
 
     def _record(self, changes: list[Change]) -> None:

@@ -132,6 +132,49 @@ def test_explain_names_the_quota_and_by_how_much_to_raise_it(refused):
     assert (raise_quota["object"], raise_quota["amount"]) == (f"{NS}/{QUOTA}", "requests.nvidia.com/gpu=4")
 
 
+def normal_event(i: int) -> dict:
+    """An Event that is no verdict (a Normal one, as kubelet and controllers write by the thousand)."""
+    now = _now()
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"noise.{i}", "namespace": NS},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "holder", "namespace": NS},
+            "reason": "Pulled", "message": "Container image already present on machine", "type": "Normal",
+            "source": {"component": "kubelet"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+def test_pending_watch_prints_a_new_quota_refusal_and_nothing_for_events_that_are_no_verdict(refused):
+    """`pending -w` watches what `pending` reads (Pods, Warning Events, ResourceQuotas, LimitRanges): a Job's
+    FailedCreate Event arriving prints a block with its row; Normal Events print nothing."""
+    from test_watch_live import Watch
+
+    watch = Watch(refused, "pending", "-w", "-o", "json")
+    try:
+        watch.wait_lines(1)
+        first = watch.docs()[0]
+        assert [r["name"] for r in first["rows"] if r["reason"] == "QuotaExceeded"] == ["train"]
+        time.sleep(1.5)  # the informers have listed
+        for i in range(30):
+            request(refused, "POST", f"/api/v1/namespaces/{NS}/events", normal_event(i))
+        time.sleep(3.0)
+        assert len(watch.lines) == 1, watch.lines[1:]  # no reprint: the block would read the same
+        template = gpu_pod("y", NS, gpus=8)["spec"]
+        del template["containers"][0]["resources"]["requests"]["cpu"]
+        job = request(refused, "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train2", "namespace": NS},
+            "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
+                     "template": {"spec": {**template, "restartPolicy": "Never"}}}})
+        status, answer = refused.request("POST", f"/api/v1/namespaces/{NS}/pods", job_pod(job, 8))
+        assert status == 403, (status, answer)
+        event = request(refused, "POST", f"/api/v1/namespaces/{NS}/events", failed_create_event(job, answer["message"]))
+        watch.wait_lines(2, timeout=15)
+        last = watch.docs()[-1]
+        assert sorted(r["name"] for r in last["rows"] if r["reason"] == "QuotaExceeded") == ["train", "train2"]
+    finally:
+        assert watch.stop() == 130
+    assert watch.err == [], watch.err
+    # leave the refusals as the fixture made them (the Event expires as the API server's event TTL would)
+    request(refused, "DELETE", f"/api/v1/namespaces/{NS}/events/{event['metadata']['name']}")
+
+
 def test_after_raising_the_quota_by_that_amount_the_pod_is_admitted_and_bound_where_we_said(refused):
     quota = request(refused, "GET", f"/api/v1/namespaces/{NS}/resourcequotas/{QUOTA}")
     raised = {**HARD, "requests.nvidia.com/gpu": "12"}  # 8 + the 4 explain asked for

@@ -7,6 +7,7 @@ each funded slot as owned, shared or borrowed, and sums the GPU-hours every enve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -161,29 +162,73 @@ class Ledger:
 def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
     """Fund every open lease and sum GPU-hours, one pass over the leases (API.md §3 Charges)."""
     owners = namespace_owners(snapshot)
-    usages: dict[EnvelopeKey, EnvelopeUsage] = {}
-    # Per envelope, mutable for the hot loop: [window start, min(window end, at), open leases, GPU-seconds].
-    clip: dict[EnvelopeKey, list] = {}
-    for key, (budget, envelope) in snapshot.envelopes_by_key.items():
-        usage = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(at))
-        usages[key] = usage
-        clip[key] = [envelope.start, min(envelope.end, at), [], 0.0]
-
+    usages, clip = envelope_windows(snapshot, at)
     charges: dict[str, LeaseCharge] = {}
     found: list[Finding] = []
-    for lease in snapshot.leases:
+    walk_leases(snapshot.leases, at, clip, charges, found)
+
+    for key, usage in usages.items():
+        usage.consumed_seconds = clip[key][3]
+        open_leases = clip[key][2]
+        open_leases.sort(key=_funding_order)
+        _fund(usage, open_leases, owners, charges, found)
+    aggregates = _apply_caps(snapshot, usages, found)
+    found += unbound_findings(owners)
+    return Ledger(at=at, owners=owners, envelopes=usages, aggregates=aggregates, charges=charges, findings=found)
+
+
+def envelope_windows(snapshot: Snapshot, at: datetime) -> tuple[dict[EnvelopeKey, EnvelopeUsage], dict[EnvelopeKey, list]]:
+    """Each envelope's usage (not funded yet) and, mutable for the hot loop of ``walk_leases``: [window start,
+    min(window end, at), open leases, GPU-seconds]."""
+    usages: dict[EnvelopeKey, EnvelopeUsage] = {}
+    clip: dict[EnvelopeKey, list] = {}
+    for key, (budget, envelope) in snapshot.envelopes_by_key.items():
+        usages[key] = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(at))
+        clip[key] = [envelope.start, min(envelope.end, at), [], 0.0]
+    return usages, clip
+
+
+@dataclass
+class LeaseWalk:
+    """What ``walk_leases`` saw besides the sums: the leases open at ``at`` (snapshot order), the instants after
+    ``at`` at which a lease opens or closes, and whether every start and end it read is in whole seconds."""
+
+    open: list[GPULease]
+    upcoming: list[datetime]
+    whole: bool
+
+
+def walk_leases(leases: Iterable[GPULease], at: datetime, clip: dict[EnvelopeKey, list],
+                charges: dict[str, LeaseCharge], found: list[Finding]) -> LeaseWalk:
+    """The one pass over every lease of ``ledger`` (and of reconciler/books.py, which must sum the same floats in
+    the same order): each lease's GPU-seconds inside its envelope's window up to ``at`` added to ``clip[key][3]``
+    (``clip[key]`` = [window start, min(window end, at), open leases, GPU-seconds]), each open lease appended to
+    ``clip[key][2]`` — or charged unfunded (no payer, or an unknown envelope: a finding)."""
+    is_open_now: list[GPULease] = []
+    upcoming: list[datetime] = []
+    whole = at.microsecond == 0
+    for lease in leases:
         spec = lease.spec
         start = spec.start
+        if start.microsecond:
+            whole = False
         if start > at:
+            upcoming.append(start)
             continue
         status = lease.status
         if status.closed:
             ended = status.ended or start
             is_open = at < ended
             end = ended if ended < at else at
+            if is_open:
+                upcoming.append(ended)
+            if ended.microsecond:
+                whole = False
         else:
             is_open = True
             end = at
+        if is_open:
+            is_open_now.append(lease)
         paid = spec.paid_by
         if paid is None:
             if is_open:
@@ -202,15 +247,7 @@ def ledger(snapshot: Snapshot, at: datetime) -> Ledger:
             window[3] += (hi - lo).total_seconds() * len(spec.slice.slots)
         if is_open:
             window[2].append(lease)
-
-    for key, usage in usages.items():
-        usage.consumed_seconds = clip[key][3]
-        open_leases = clip[key][2]
-        open_leases.sort(key=_funding_order)
-        _fund(usage, open_leases, owners, charges, found)
-    aggregates = _apply_caps(snapshot, usages, found)
-    found += unbound_findings(owners)
-    return Ledger(at=at, owners=owners, envelopes=usages, aggregates=aggregates, charges=charges, findings=found)
+    return LeaseWalk(is_open_now, upcoming, whole)
 
 
 def unbound_findings(owners: NamespaceOwners) -> list[Finding]:

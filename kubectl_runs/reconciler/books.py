@@ -25,11 +25,11 @@ from ..engine.accounting import (
     LeaseCharge,
     Ledger,
     _apply_caps,
-    _charge_unfunded,
     _fund,
     _funding_order,
+    envelope_windows,
     unbound_findings,
-    unknown_envelope,
+    walk_leases,
 )
 from ..engine.findings import Finding
 from ..engine.owners import namespace_owners
@@ -93,58 +93,11 @@ class Books:
         owners = namespace_owners(snapshot)
         unbound = tuple(sorted(owners.unbound.items()))
         capped = {(b.metadata.namespace, b.metadata.name) for b in snapshot.budgets if b.spec.aggregate_caps}
-        usages: dict[EnvelopeKey, EnvelopeUsage] = {}
-        clip: dict[EnvelopeKey, list] = {}
-        for key, (budget, envelope) in snapshot.envelopes_by_key.items():
-            usage = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(at))
-            usages[key] = usage
-            clip[key] = [envelope.start, min(envelope.end, at), [], 0.0]
-
+        usages, clip = envelope_windows(snapshot, at)
         charges: dict[str, LeaseCharge] = {}
         found: list[Finding] = []
-        is_open_now: list[GPULease] = []
-        upcoming: list[datetime] = []  # instants after ``at`` when a lease opens or closes
-        whole = at.microsecond == 0  # every instant in whole seconds: the GPU-second sums are exact integers
-        for lease in snapshot.leases:  # accounting.ledger's loop, step for step
-            spec = lease.spec
-            start = spec.start
-            if start.microsecond:
-                whole = False
-            if start > at:
-                upcoming.append(start)
-                continue
-            status = lease.status
-            if status.closed:
-                ended = status.ended or start
-                is_open = at < ended
-                end = ended if ended < at else at
-                if is_open:
-                    upcoming.append(ended)
-                if ended.microsecond:
-                    whole = False
-            else:
-                is_open = True
-                end = at
-            if is_open:
-                is_open_now.append(lease)
-            paid = spec.paid_by
-            if paid is None:
-                if is_open:
-                    _charge_unfunded(lease, charges, None)
-                continue
-            key = (paid.namespace or spec.run_ref.namespace, paid.budget, paid.envelope)
-            window = clip.get(key)
-            if window is None:
-                if is_open:
-                    _charge_unfunded(lease, charges, None)
-                    found.append(unknown_envelope(lease, key))
-                continue
-            lo = start if start > window[0] else window[0]
-            hi = end if end < window[1] else window[1]
-            if hi > lo:
-                window[3] += (hi - lo).total_seconds() * len(spec.slice.slots)
-            if is_open:
-                window[2].append(lease)
+        walk = walk_leases(snapshot.leases, at, clip, charges, found)  # accounting.ledger's loop, the same code
+        is_open_now, upcoming, whole = walk.open, walk.upcoming, walk.whole
 
         remembered: dict[EnvelopeKey, _Funded] = {}
         refunded = changed = 0

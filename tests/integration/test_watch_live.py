@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 from reconciler_harness import budget, control_plane, create, lease, node, run, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,9 @@ def test_1000_events_that_change_nothing_shown_print_nothing(cp):
         assert len(watch.lines) == 2
         events = watch.docs()[1]["events"]
         assert {"type": "ADDED", "kind": "GPULease", "namespace": NS, "name": "l-after-churn"} in events
+        schema = json.loads((ROOT / "docs" / "schemas" / "watch-events.schema.json").read_text())
+        for document in watch.docs():
+            Draft202012Validator(schema).validate(document)
     finally:
         watch.stop()
     assert watch.err == [], watch.err

@@ -10,6 +10,7 @@ import copy
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
@@ -29,7 +30,8 @@ REPORTS = ("plan", "explain", "budgets-usage", "leases-audit", "seeds-verify", "
            "pending",  # tests/unit/test_schemas.py and test_pending_command.py
            "explain-pod",  # tests/unit/test_explain_pod.py
            # reports over several clusters: tests/unit/test_cluster_reports.py
-           "budgets-usage-clusters", "leases-audit-clusters", "queues-usage-clusters", "pending-clusters")
+           "budgets-usage-clusters", "leases-audit-clusters", "queues-usage-clusters", "pending-clusters",
+           "watch-events")  # -w --output-watch-events, written by hand: tests/unit/test_watch_text.py
 
 
 @cache
@@ -222,3 +224,24 @@ def test_the_enums_are_the_engines():
     assert values(codes.FundingClass) in explain
     for stem in ("budgets-usage", "leases-audit"):
         assert values(codes.FindingKind) in listed(stem)
+
+
+def test_watch_events_documents_fit_their_schema_and_wrap_the_reports(capsys):
+    """`-w --output-watch-events -o json`: the wrapper follows watch-events.schema.json, its object the report's."""
+    from types import SimpleNamespace
+
+    from kubectl_runs.cli.watch_text import block
+    from kubectl_runs.sources.watchcache import Change
+
+    report = json_of(capsys, "--snapshot", EXAMPLE, "budgets", "usage")
+    changes = [Change("ADDED", "GPULease", "rai-sys/l1"), Change("MODIFIED", "Node", "gpu-1"),
+               Change("DELETED", "Run", "rai-sys/old")]
+    out, _ = block(SimpleNamespace(data=report, notes=[]), "json", datetime.now(UTC), changes)
+    wrapped = json.loads(out)
+    check("watch-events", wrapped)
+    check("budgets-usage", wrapped["object"])
+    first, _ = block(SimpleNamespace(data=report, notes=[]), "json", datetime.now(UTC), [])
+    check("watch-events", json.loads(first))
+    for bad in ({**wrapped, "events": [{**wrapped["events"][0], "type": "CHANGED"}]},
+                {"events": wrapped["events"]}, {**wrapped, "extra": 1}):
+        assert list(validator("watch-events").iter_errors(bad)), bad

@@ -223,29 +223,9 @@ def resources_of(cmd: Command) -> list[tuple[Any, bool]]:
 
 
 def _start(cmd: Command, stop: threading.Event) -> tuple[WatchCache, list]:
-    from kubernetes import client
+    from ..sources.watchcache import start_informers
 
-    from ..sources.cluster import _api_client, quiet_client_logging
-    from ..sources.informer import Informer
-    from ..sources.watchcache import WatchCache
-
-    quiet_client_logging()
-    resources = resources_of(cmd)
-    store = WatchCache([r.kind for r, _ in resources])
-    source = cmd.opts.source(None)
-    configuration = _api_client(source).configuration
-    notices = _Notices()
-    informers = []
-    for resource, missing_ok in resources:
-        informer = Informer(resource, store, client.ApiClient(configuration), stop, log=notices.log,
-                            base_backoff=0.2, max_backoff=1.0, missing_ok=missing_ok,
-                            fallback_namespace=source.fallback_namespace,
-                            field_selector="type=Warning" if resource.kind == "Event" else None,
-                            # what a load reads without, with a note: Events, ResourceQuotas, LimitRanges
-                            forbidden_ok=resource.kind in ("Event", "ResourceQuota", "LimitRange"))
-        informers.append(informer)
-        informer.start()
-    return store, informers
+    return start_informers(cmd.opts.source(None), resources_of(cmd), stop, _Notices().log)
 
 
 __all__ = ["QUIET", "resources_of", "watch", "watch_timeout"]

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..sources.informer import RateLimiterClosed
+
 __all__ = ["DEFAULT_BURST", "DEFAULT_QPS", "LONG_WAIT", "UNLIMITED", "RateLimitedApi", "RateLimiterClosed",
            "TokenBucket", "limited_factory"]
 
@@ -32,10 +34,6 @@ DEFAULT_QPS = 50.0
 DEFAULT_BURST = 100
 UNLIMITED = -1.0  # --kube-api-qps -1: no client-side limit (client-go: a negative QPS disables the limiter)
 LONG_WAIT = 1.0  # seconds: a wait this long is logged
-
-
-class RateLimiterClosed(Exception):
-    """The reconciler is stopping: a request still waiting for its token is not sent."""
 
 
 class TokenBucket:

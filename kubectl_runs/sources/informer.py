@@ -20,13 +20,17 @@ from typing import Any
 
 import msgspec
 
-from ..reconciler.ratelimit import RateLimiterClosed
 from .cluster import Resource, _status_message
 from .transport import describe
 
 WATCH_TIMEOUT_SECONDS = 300  # the server ends a watch after this; it is resumed from the last version
 LIST_CHUNK = 500
 STOPPING = "Stopping"  # ApiError.reason of a request the rate limiter held until the reconciler stopped
+
+
+class RateLimiterClosed(Exception):
+    """The reconciler is stopping: a request still waiting for its token is not sent (raised by the client-side
+    rate limiter, reconciler/ratelimit.py; defined here, below it, so that the informers can tell it apart)."""
 
 
 class _ListMeta(msgspec.Struct, frozen=True, gc=False, rename="camel"):

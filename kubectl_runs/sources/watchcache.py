@@ -155,3 +155,28 @@ class WatchCache:
             for kind, held in self._kinds.items():
                 collector.add_many(kind, [e.record for e in held.values() if e.record is not None], server)
         return collector.snapshot()
+
+
+def start_informers(source: Any, resources: list[tuple[Any, bool]], stop: threading.Event,
+                    log: Any) -> tuple[WatchCache, list]:
+    """One informer per kind a report reads (``resources``: (Resource, whether a 404 means no objects)), each
+    into one WatchCache, started; they list, then watch, until ``stop``. Events are the Warnings; a 403 on
+    Events, ResourceQuotas or LimitRanges is no objects, as a load reads them (with a note)."""
+    from kubernetes import client
+
+    from .cluster import _api_client, quiet_client_logging
+    from .informer import Informer
+
+    quiet_client_logging()
+    store = WatchCache([r.kind for r, _ in resources])
+    configuration = _api_client(source).configuration
+    informers = []
+    for resource, missing_ok in resources:
+        informer = Informer(resource, store, client.ApiClient(configuration), stop, log=log,
+                            base_backoff=0.2, max_backoff=1.0, missing_ok=missing_ok,
+                            fallback_namespace=source.fallback_namespace,
+                            field_selector="type=Warning" if resource.kind == "Event" else None,
+                            forbidden_ok=resource.kind in ("Event", "ResourceQuota", "LimitRange"))
+        informers.append(informer)
+        informer.start()
+    return store, informers

@@ -21,7 +21,7 @@ from typing import Annotated, Literal, Union
 import msgspec
 
 from .kueue.model import QUEUE_CLUSTER_SCOPED, QUEUE_KINDS, QueueObjects
-from .pods.model import POD_KINDS, PodObjects
+from .pods.model import POD_CLUSTER_SCOPED, POD_KINDS, PodObjects
 
 GROUP = "jobtree.dev"
 VERSION = "v1alpha1"
@@ -582,7 +582,7 @@ KIND_API_VERSIONS = {"Node": "v1", **dict.fromkeys(("Budget", "Run", "Reservatio
 # pods, verdict Events, ResourceQuotas and LimitRanges the pod reports read (kubectl_runs.pods).
 SNAPSHOT_KINDS = {**KINDS, **QUEUE_KINDS, **POD_KINDS}
 AnyObject = Union[(*SNAPSHOT_KINDS.values(),)]  # a union built from the registry
-CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED
+CLUSTER_SCOPED = frozenset({"Node"}) | QUEUE_CLUSTER_SCOPED | POD_CLUSTER_SCOPED
 # ``leases audit`` reads GPULeases from JSON snapshots as GPULeaseHead (sources/files.py, ``lean``).
 LEAN_LEASE_KINDS: dict[str, type] = {"GPULease": GPULeaseHead}
 

@@ -16,7 +16,7 @@ import msgspec
 from ..errors import UserError
 from ..kueue.model import QUEUE_API_VERSIONS
 from ..model import API_VERSION, snapshot_document
-from ..pods.model import POD_KINDS
+from ..pods.model import POD_API_VERSIONS
 from ..render import JSON, YAML, Document
 from ..timeutil import rfc3339
 from .options import GlobalOptions, global_options
@@ -128,12 +128,12 @@ def _normalized(loaded, taken_at: str | None) -> dict:
     items = []
     pods = loaded.pods
     groups = (loaded.nodes, loaded.budgets, loaded.runs, loaded.reservations, loaded.leases, *loaded.queues.groups(),
-              pods.pods, pods.events, pods.quotas, pods.limit_ranges)
+              *(getattr(pods, attribute) for attribute in pods.FIELDS.values()))
     for group in groups:
         for obj in group:
             item = msgspec.to_builtins(obj)
             kind = item["kind"]
-            core = kind == "Node" or kind in POD_KINDS
-            item["apiVersion"] = "v1" if core else QUEUE_API_VERSIONS.get(kind, API_VERSION)
+            item["apiVersion"] = "v1" if kind == "Node" else POD_API_VERSIONS.get(kind) or \
+                QUEUE_API_VERSIONS.get(kind, API_VERSION)
             items.append(item)
     return snapshot_document(items, taken_at)

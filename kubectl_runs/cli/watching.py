@@ -215,8 +215,11 @@ def resources_of(cmd: Command) -> list[tuple[Any, bool]]:
     404 (its CRD not installed) means no objects."""
     from ..sources.cluster import POD_RESOURCES, QUEUE_RESOURCES, RESOURCES
 
-    if cmd.pods:  # `pending`, `explain pod`: Pods, Warning Events, ResourceQuotas and LimitRanges, as a load reads
-        return [(r, r.kind != "Node") for r in (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES)]
+    if cmd.pods:  # `pending`, `explain pod`: Pods, Warning Events, ResourceQuotas, LimitRanges and DRA's kinds
+        from ..sources.dra import served_claim_resources  # as a load reads them
+
+        claims = served_claim_resources(cmd.opts.source(None))
+        return [(r, r.kind != "Node") for r in (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES, *claims)]
     if cmd.queues:
         return [(RESOURCES[0], False), *((r, True) for r in QUEUE_RESOURCES)]
     return [(r, False) for r in RESOURCES]

@@ -10,6 +10,8 @@ from ..corev1 import quantity
 from ..engine.reports import Value
 from ..model import Snapshot
 from ..timeutil import rfc3339
+from .claim_reasons import claim_reason
+from .claims import Devices, device_use, gpu_claims, needed
 from .fit import AFFINITY, NodeFit, fit, fleet_fit, histogram, node_use, verdict
 from .model import DEFAULT_SCHEDULER, Event, Pod
 from .owners import workload_of
@@ -20,7 +22,7 @@ from .verdict import scheduler_verdict
 NEAREST = 5  # nodes shown, nearest to fitting first
 NOT_CREATED = "NotCreated"  # the phase of a controller's pod that a ResourceQuota refused: it does not exist
 _STAGE = {"NodeUnschedulable": 0, "NodeName": 0, "TaintToleration": 1, "NodeAffinity": 2, "NodeResourcesFit": 3,
-          "": 4}
+          "DynamicResources": 3, "": 4}
 
 
 class ReasonNodes(Value):
@@ -73,6 +75,18 @@ class QuotaEntry(Value):
     event: str  # the FailedCreate message, as the controller wrote it
 
 
+class ClaimEntry(Value):
+    """One request of the pod's claims that asks for GPUs through DRA."""
+
+    claim: str  # the ResourceClaim (namespace/name), or the template's when no claim was made from it yet
+    source: str  # ResourceClaim or ResourceClaimTemplate
+    request: str
+    device_class: str
+    driver: str  # the GPU driver the DeviceClass selects
+    devices: int | None  # null: allocationMode All
+    allocated_on: list[str]  # the nodes of its allocated devices (empty: not allocated)
+
+
 class ExplainPodReport(Value):
     pod: str
     workload: str  # Kind/name
@@ -91,6 +105,7 @@ class ExplainPodReport(Value):
     nodes: list[NodeEntry]
     remedies: list[PodRemedy]
     quota: list[QuotaEntry]  # the ResourceQuota refusals of its controller's pods (FailedCreate Events)
+    claims: list[ClaimEntry]  # its claims that ask for GPUs through DRA (gpus then counts their devices)
 
 
 def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) -> ExplainPodReport:
@@ -98,8 +113,25 @@ def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) ->
     others = [p for p in snapshot.pods.pods if p is not pod]  # bound, it must not count against its node
     use = node_use(others)
     fits = fleet_fit(pod.spec, snapshot.nodes, (), use=use)
-    why = reason(pod, fits)
-    resource, gpus = pod.spec.gpu_request() or (None, 0)
+    asks = gpu_claims(pod, snapshot.pods) if pod.spec.gpu_request() is None else ()
+    if asks:  # GPUs claimed through DRA: devices per node, from its ResourceSlices
+        devices = device_use(snapshot.pods)
+        why, fits = claim_reason(pod, fits, asks, devices)
+        resource = max(needed(asks).items(), key=lambda kv: (kv[1], kv[0]), default=(asks[0].driver, 0))[0]
+        gpus = sum(ask.devices or 0 for ask in asks)
+        capacity = {n.metadata.name: devices.get(n.metadata.name, {}).get(resource, Devices()).total
+                    for n in snapshot.nodes}
+        left = {n.metadata.name: devices.get(n.metadata.name, {}).get(resource, Devices()).free
+                for n in snapshot.nodes}
+        holders = {name: list(there[resource].holders) for name, there in devices.items() if resource in there}
+    else:
+        why = reason(pod, fits)
+        resource, gpus = pod.spec.gpu_request() or (None, 0)
+        capacity = {n.metadata.name: quantity(n.status.allocatable.get(resource or ""), resource or "")
+                    for n in snapshot.nodes}
+        left = {name: gpus_there - (use[name].requested.get(resource or "", 0) if name in use else 0)
+                for name, gpus_there in capacity.items()}
+        holders = {name: list(there.holders) for name, there in use.items()}
     theirs = scheduler_verdict(pod, (*snapshot.pods.events, *events))
     owner = workload_of(pod)
     quota, raises = _quota_of(snapshot, refusal_of(snapshot, owner.namespace, owner.kind, owner.name)
@@ -112,25 +144,23 @@ def explain_pod(snapshot: Snapshot, pod: Pod, events: tuple[Event, ...] = ()) ->
     agrees = None
     if theirs is not None and theirs.nodes is not None:
         agrees = theirs.nodes == len(fits) and theirs.counts == ours
-    eligible = [f for f in fits if f.filter in ("", "NodeResourcesFit")]
+    eligible = [f for f in fits if f.filter in ("", "NodeResourcesFit", "DynamicResources")]
     free = sum(max(0, f.free.get(resource or "", 0)) for f in eligible)
     block = max((f.free.get(resource or "", 0) for f in eligible), default=0)
     biggest = max((f.allocatable.get(resource or "", 0) for f in eligible), default=0)
     deficit = Deficit(gpus, free, block, biggest, _deficit_kind(fits, eligible, gpus, free, block, biggest))
-    capacity = {n.metadata.name: quantity(n.status.allocatable.get(resource or ""), resource or "")
-                for n in snapshot.nodes}
-    left = {name: gpus_there - (use[name].requested.get(resource or "", 0) if name in use else 0)
-            for name, gpus_there in capacity.items()}
     nearest = sorted(fits, key=lambda f: (-_STAGE.get(f.filter, 0), -left[f.node], f.node))
     nodes = [NodeEntry(f.node, f.fits, f.filter, list(f.reasons), left[f.node], capacity[f.node],
-                       list(use[f.node].holders) if f.node in use else [])
-             for f in nearest[:NEAREST]]
+                       holders.get(f.node, [])) for f in nearest[:NEAREST]]
+    claims = [ClaimEntry(a.claim, a.source, a.request, a.device_class, a.driver, a.devices, list(a.allocated))
+              for a in asks]
     return ExplainPodReport(
         pod.key, f"{owner.kind}/{owner.name}", pod.status.phase, pod.scheduler, resource, gpus,
         rfc3339(pod.metadata.creation_timestamp), why.code, why.message,
         VerdictEntry(theirs.message, theirs.source, theirs.nodes) if theirs else VerdictEntry(None, None, None),
         VerdictEntry(ours_text, "recomputed", len(fits)), agrees, rows, deficit, nodes,
-        _remedies(snapshot, pod, fits, eligible, use, resource, gpus, deficit) + raises, quota)
+        _remedies(snapshot, pod, fits, eligible, use, holders, resource, gpus, deficit, bool(asks)) + raises, quota,
+        claims)
 
 
 def _quota_of(snapshot: Snapshot, rejection) -> tuple[list[QuotaEntry], list[PodRemedy]]:
@@ -178,7 +208,7 @@ def explain_refused(snapshot: Snapshot, rejection) -> ExplainPodReport:
         f"{rejection.namespace}/{rejection.pod or rejection.owner_name}",
         f"{rejection.owner_kind}/{rejection.owner_name}", NOT_CREATED, DEFAULT_SCHEDULER, resource, gpus,
         rfc3339(rejection.when), "QuotaExceeded", message, none, none, None, [],
-        Deficit(gpus, 0, 0, 0, NOT_CREATED), [], raises, quota)
+        Deficit(gpus, 0, 0, 0, NOT_CREATED), [], raises, quota, [])
 
 
 def _deficit_kind(fits, eligible, gpus, free, block, biggest) -> str:
@@ -193,34 +223,41 @@ def _deficit_kind(fits, eligible, gpus, free, block, biggest) -> str:
     return "Fragmented" if free >= gpus else "NotEnoughAnywhere"
 
 
-def _remedies(snapshot: Snapshot, pod: Pod, fits: tuple[NodeFit, ...], eligible: list[NodeFit], use, resource,
-              gpus: int, deficit: Deficit) -> list[PodRemedy]:
+def _remedies(snapshot: Snapshot, pod: Pod, fits: tuple[NodeFit, ...], eligible: list[NodeFit], use,
+              holders: dict[str, list[str]], resource, gpus: int, deficit: Deficit, claimed: bool
+              ) -> list[PodRemedy]:
+    """``holders``: per node, what holds its GPUs (pods; for a pod that claims GPUs through DRA, the claims that
+    hold its devices); ``claimed``: such a pod (the filters lifted below are judged on devices too)."""
     out: list[PodRemedy] = []
+    unit = "devices" if claimed else "GPUs"
     if any(f.fits for f in fits):
         out.append(PodRemedy("WaitForScheduler", f"it fits on {', '.join(f.node for f in fits if f.fits)} now: "
                                                  f"kube-scheduler binds it on its next attempt"))
         return out
     if deficit.kind == "ExceedsNodeCapacity":
-        out.append(PodRemedy("ShrinkRequest", f"ask for at most {deficit.largest_node} GPUs per pod (the largest "
+        out.append(PodRemedy("ShrinkRequest", f"ask for at most {deficit.largest_node} {unit} per pod (the largest "
                                               f"node it may use has {deficit.largest_node}), or add larger nodes"))
     if deficit.kind in ("Fragmented", "NotEnoughAnywhere"):
         for f in sorted(eligible, key=lambda f: (-f.free.get(resource, 0), f.node)):
-            holders = list(use[f.node].holders) if f.node in use else []
+            there = holders.get(f.node, [])
             missing = gpus - f.free.get(resource, 0)
-            if holders and 0 < missing <= f.allocatable.get(resource, 0):
-                out.append(PodRemedy("FreeGPUs", f"{f.node} has {f.free.get(resource, 0)} of {gpus} GPUs free: "
-                                                 f"{missing} more held by {', '.join(holders)}"))
+            if there and 0 < missing <= f.allocatable.get(resource, 0):
+                out.append(PodRemedy("FreeGPUs", f"{f.node} has {f.free.get(resource, 0)} of {gpus} {unit} free: "
+                                                 f"{missing} more held by {', '.join(there)}"))
                 break
     by_node = {n.metadata.name: n for n in snapshot.nodes}
     for f in fits:
         node = by_node[f.node]
+        if claimed and f.free.get(resource, 0) < gpus:
+            continue  # lifting a filter there would not give it the devices
         if f.filter == "NodeUnschedulable" and _fits_if(pod, node, use, cordon=True):
             out.append(PodRemedy("Uncordon", f"node {f.node} is cordoned; uncordoned it would take the pod "
                                              f"(kubectl uncordon {f.node})"))
         elif f.filter == "TaintToleration" and _fits_if(pod, node, use, taints=True):
             taint = f.reasons[0].removeprefix("node(s) had untolerated taint ")
             out.append(PodRemedy("Tolerate", f"node {f.node} would take the pod if it tolerated taint {taint}"))
-    roomy = [f.node for f in fits if f.filter == "NodeAffinity" and _fits_if(pod, by_node[f.node], use, selector=True)]
+    roomy = [f.node for f in fits if f.filter == "NodeAffinity" and _fits_if(pod, by_node[f.node], use, selector=True)
+             and not (claimed and f.free.get(resource, 0) < gpus)]
     if roomy:
         asked = ", ".join(f"{k}={v}" for k, v in sorted(pod.spec.node_selector.items())) or "its node affinity"
         out.append(PodRemedy("MatchSelector", f"{len(roomy)} node(s) have room ({', '.join(roomy[:3])}) but "

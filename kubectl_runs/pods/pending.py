@@ -2,8 +2,9 @@
 and the first reason of their plan) and plain pods, one row per workload (kubectl_runs.pods.owners) with the reason
 code its pods wait for (kubectl_runs.pods.reasons) — and a headline of the fleet's GPUs.
 
-A pod is pending here when it asks for GPUs (``nvidia.com/gpu`` or ``amd.com/gpu``) and is neither bound to a node
-nor finished nor being deleted. Replicas share a spec, so the filters are recomputed once per distinct spec and
+A pod is pending here when it asks for GPUs (``nvidia.com/gpu`` or ``amd.com/gpu``, or a claim of a GPU
+DeviceClass through DRA: kubectl_runs.pods.claim_reasons) and is neither bound to a node nor finished nor being
+deleted. Replicas share a spec, so the filters are recomputed once per distinct spec and
 reused: the work grows with nodes × distinct specs, not nodes × pods. Pure functions over records; ``at`` is the
 report's instant."""
 
@@ -20,6 +21,7 @@ import msgspec
 from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
+from .claim_reasons import claim_rows, claiming_pods
 from .fit import NodeUse, Shapes, fit, node_use, weighted_fit
 from .model import TERMINAL_PHASES, Pod
 from .owners import Workload, workload_key, workload_of
@@ -199,6 +201,7 @@ class PendingRow(Value):
     admitted_by: str  # jobtree, kube-scheduler, Kueue, ResourceQuota (its pods are refused), another scheduler
     reason: str  # a Run's plan reason code, a Kueue Workload's code, or a pod ReasonCode
     message: str
+    device_class: str | None = None  # pods that claim GPUs through DRA: the DeviceClass(es); gpus counts devices
 
 
 class PendingReport(Value):
@@ -233,18 +236,23 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
     rows += kueue_rows
     use, pending = one_pass(pods)  # each pod's requests summed once, for everything below
     smallest = min((g for _p, (_r, g) in pending), default=None)
+    claiming = claiming_pods(pods)  # GPUs claimed through DRA
     if kueue_rows:  # a pod of a Workload that has a row is counted there
         in_row = _kueue_row_pods(snapshot.queues.workloads, kueue_rows)
         pending = [(p, g) for p, g in pending if not _in_kueue_row(p, in_row)]
+        claiming = [p for p in claiming if not _in_kueue_row(p, in_row)]
     runs = {(r.namespace, r.name): i for i, r in enumerate(rows) if r.kind == "Run"}
-    pod_rows = _pod_rows(pending, snapshot.nodes, use)
+    pod_rows = [PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
+                           row.waiting_since, row.admitted_by, row.reason, row.message)
+                for row in _pod_rows(pending, snapshot.nodes, use)]
+    if claiming:
+        pod_rows += claim_rows(claiming, snapshot.pods, snapshot.nodes, use)
     for row in pod_rows:
         if row.kind == "Run" and (row.namespace, row.name) in runs:  # the Run's own row counts its pods
             i = runs[(row.namespace, row.name)]
-            rows[i] = msgspec.structs.replace(rows[i], pods=row.pods)
+            rows[i] = msgspec.structs.replace(rows[i], pods=rows[i].pods + row.pods)
             continue
-        rows.append(PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
-                               row.waiting_since, row.admitted_by, row.reason, row.message))
+        rows.append(row)
     rows = quota_rows(snapshot, rows)
     if namespace is not None:
         rows = [r for r in rows if r.namespace == namespace]

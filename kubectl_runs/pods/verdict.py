@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .model import Event, Pod
 
-_VERDICT = re.compile(r"^0/(?P<nodes>\d+) nodes are available: (?P<reasons>.*?)\.(?: preemption: .*)?$", re.S)
+_VERDICT = re.compile(r"^0/(?P<nodes>\d+) nodes are available: (?P<reasons>.*?)\.(?: (?:still not schedulable, )?preemption: .*)?$", re.S)
 _REASON = re.compile(r"(\d+) ((?:[^,{]|\{[^}]*\})+)")
 
 

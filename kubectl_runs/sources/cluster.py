@@ -391,7 +391,9 @@ def load_cluster(source: Source) -> Snapshot:
     if source.pods:  # `pending`, `explain pod`: every GPU consumer, whatever admits it; a cluster may have none of
         # the CRDs. Events: the Warnings only (FailedScheduling on pods, FailedCreate on their controllers, kept
         # below), ResourceQuotas and LimitRanges: the quota refusals of pods that were never created.
-        resources = (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES)
+        from .dra import claim_resources
+
+        resources = (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES, *claim_resources(cluster))
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)
@@ -399,10 +401,14 @@ def load_cluster(source: Source) -> Snapshot:
             try:
                 bodies = readable_pages(cluster, resource, source, collector.notes, selector)
             except Forbidden as refused:
-                if resource not in POD_RESOURCES[1:]:
+                if resource in POD_RESOURCES[1:]:
+                    collector.notes.append(f"{refused.message}; without {resource.qualified}, quota refusals and "
+                                           "the scheduler's Events are not shown")
+                elif resource.api_version.startswith("resource.k8s.io/"):
+                    collector.notes.append(f"{refused.message}; without {resource.qualified}, pods that claim GPUs "
+                                           "through DRA are not named")
+                else:
                     raise
-                collector.notes.append(f"{refused.message}; without {resource.qualified}, quota refusals and "
-                                       "the scheduler's Events are not shown")
                 continue
             for body in bodies:
                 try:

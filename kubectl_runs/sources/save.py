@@ -24,9 +24,10 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
     ``jobtree.dev/snapshot-time``, and notes on what could not be read.
 
     Every kind but Node is optional: a cluster with Kueue and no jobtree.dev CRDs saves its Kueue and Kaiwo
-    objects, one with jobtree.dev and no Kueue saves ours. The kinds whose CRD is not installed (the list
-    answered 404) are named in annotation ``jobtree.dev/snapshot-absent-kinds`` and in one note. A server that
-    serves none of the kinds at all is an error (the jobtree.dev one, which says how to install the CRDs)."""
+    objects, one with jobtree.dev and no Kueue saves ours, one with neither saves its GPU nodes and pods (what
+    ``pending`` reads). The kinds whose CRD is not installed (the list answered 404) are named in annotation
+    ``jobtree.dev/snapshot-absent-kinds`` and in one note. A server with none of the CRDs and no GPU at all is an
+    error (the jobtree.dev one, which says how to install the CRDs)."""
     cluster = Cluster(source)
     items: list[dict] = []
     notes: list[str] = []
@@ -53,9 +54,12 @@ def save_cluster(source: Source, taken_at: str) -> tuple[dict, list[str]]:
                     item.setdefault("kind", resource.kind)
                     item.get("metadata", {}).pop("managedFields", None)
                     items.append(item)
-        items += _pod_objects(cluster, source, items, notes)
-    if missing_ours is not None and all(r in absent for r in RESOURCES + QUEUE_RESOURCES if r.kind != "Node"):
-        raise missing_ours  # neither ours nor Kueue's: most likely the wrong cluster, or nothing installed yet
+        pod_items = _pod_objects(cluster, source, items, notes)
+        gpu_nodes = any(_has_gpus(item) for item in items if item.get("kind") == "Node")
+        items += pod_items
+    if missing_ours is not None and all(r in absent for r in RESOURCES + QUEUE_RESOURCES if r.kind != "Node") \
+            and not pod_items and not gpu_nodes:
+        raise missing_ours  # neither ours nor Kueue's nor a GPU: most likely the wrong cluster
     if absent:
         groups: dict[str, list[str]] = {}
         for resource in absent:
@@ -77,14 +81,16 @@ def _context_of(source: Source) -> str | None:
 
 def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: list[str]) -> list[dict]:
     """What the pod reports read, lean (only the fields kubectl-runs reads, as ``snapshot save --snapshot``
-    writes them): the Pods that request GPUs or run on a GPU node, the Events that carry a verdict
-    (FailedScheduling, FailedCreate), ResourceQuotas and LimitRanges. A user the server refuses them still saves
+    writes them): the Pods that request GPUs, claim devices (DRA) or run on a GPU node, the Events that carry a
+    verdict (FailedScheduling, FailedCreate), ResourceQuotas, LimitRanges, and DRA's ResourceClaims, their
+    templates, DeviceClasses and ResourceSlices where the server serves resource.k8s.io. A user the server refuses them still saves
     the rest, with a note."""
-    from ..pods.model import POD_KINDS, VERDICT_EVENT_REASONS
+    from ..pods.model import POD_API_VERSIONS, POD_KINDS, VERDICT_EVENT_REASONS
+    from .dra import claim_resources
 
     gpu_nodes = {item["metadata"]["name"] for item in items if item.get("kind") == "Node" and _has_gpus(item)}
     out: list[dict] = []
-    for resource in POD_RESOURCES:
+    for resource in (*POD_RESOURCES, *claim_resources(cluster)):
         try:
             pages = readable_pages(cluster, resource, source, notes)
         except Forbidden as refused:
@@ -93,13 +99,13 @@ def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: lis
         decoder = msgspec.json.Decoder(_page_type(POD_KINDS[resource.kind]))
         for body in pages:
             for record in decoder.decode(body).items:
-                if resource.kind == "Pod" and record.spec.gpu_request() is None \
+                if resource.kind == "Pod" and record.spec.gpu_request() is None and not record.spec.resource_claims \
                         and record.spec.node_name not in gpu_nodes:
                     continue
                 if resource.kind == "Event" and record.reason not in VERDICT_EVENT_REASONS:
                     continue
                 item = msgspec.to_builtins(record)
-                item["apiVersion"] = "v1"
+                item["apiVersion"] = POD_API_VERSIONS[resource.kind]
                 out.append(item)
     return out
 

@@ -157,6 +157,11 @@ class WatchCache:
         return collector.snapshot()
 
 
+# a 403 on these is no objects (a load notes it): the pod reports still answer without them
+FORBIDDEN_OK = ("Event", "ResourceQuota", "LimitRange", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass",
+                "ResourceSlice")
+
+
 def start_informers(source: Any, resources: list[tuple[Any, bool]], stop: threading.Event,
                     log: Any) -> tuple[WatchCache, list]:
     """One informer per kind a report reads (``resources``: (Resource, whether a 404 means no objects)), each
@@ -176,7 +181,7 @@ def start_informers(source: Any, resources: list[tuple[Any, bool]], stop: thread
                             base_backoff=0.2, max_backoff=1.0, missing_ok=missing_ok,
                             fallback_namespace=source.fallback_namespace,
                             field_selector="type=Warning" if resource.kind == "Event" else None,
-                            forbidden_ok=resource.kind in ("Event", "ResourceQuota", "LimitRange"))
+                            forbidden_ok=resource.kind in FORBIDDEN_OK)
         informers.append(informer)
         informer.start()
     return store, informers

@@ -13,7 +13,7 @@ def pod_document(report: ExplainPodReport) -> Document:
     said = report.scheduler
     summary = [
         f"Pod:        {report.pod} ({report.workload}), {report.phase}, scheduler {report.scheduler_name}",
-        f"Asks:       {report.gpus} {report.gpu_resource or 'GPUs'} on one node"
+        f"Asks:       {report.gpus} {_unit(report)} on one node"
         + (f", waiting since {report.waiting_since}" if report.waiting_since else ""),
         f"Reason:     {report.reason}: {report.message}",
         f"Scheduler:  {said.message}" if said.message else "Scheduler:  no verdict (it has not tried, or another "
@@ -23,7 +23,8 @@ def pod_document(report: ExplainPodReport) -> Document:
                           False: "the scheduler and our recomputation differ (rows below); its message is the "
                                  "authority",
                           None: "nothing to compare"}[report.agrees],
-        f"Deficit:    {d.kind}: {d.free_on_eligible} GPUs free on the nodes it may use, at most "
+        f"Deficit:    {d.kind}: {d.free_on_eligible} {'devices' if report.claims else 'GPUs'} free on the nodes it "
+        "may use, at most "
         f"{d.largest_free_block} on one; the largest such node has {d.largest_node}",
     ]
     reasons = Section("Nodes per reason", report.reasons, (
@@ -50,10 +51,24 @@ def pod_document(report: ExplainPodReport) -> Document:
         Column("ASKED", lambda q: q.requested),
         Column("RAISE-BY", lambda q: q.raise_by),
     ))
+    claims = Section("DRA claims", report.claims, (
+        Column("CLAIM", lambda c: c.claim),
+        Column("SOURCE", lambda c: c.source, wide=True),
+        Column("REQUEST", lambda c: c.request),
+        Column("DEVICECLASS", lambda c: c.device_class),
+        Column("DEVICES", lambda c: "All" if c.devices is None else c.devices),
+        Column("ALLOCATED-ON", lambda c: ", ".join(c.allocated_on) or None),
+    ))
     if report.phase == NOT_CREATED:  # a controller's pod the API server refused: no scheduler has seen it
         summary = [*summary[:3],
                    "Scheduler:  no pod exists (the API server refused it: FailedCreate), so no scheduler judged it",
                    f"Event:      {report.quota[0].event}" if report.quota else "Event:      none left"]
         return Document(data=plain(report), summary=summary, sections=(quota, remedies))
-    sections = (reasons, nodes, *((quota,) if report.quota else ()), remedies)
+    sections = (*((claims,) if report.claims else ()), reasons, nodes, *((quota,) if report.quota else ()), remedies)
     return Document(data=plain(report), summary=summary, sections=sections)
+
+
+def _unit(report: ExplainPodReport) -> str:
+    if report.claims:  # GPUs claimed through DRA: devices of the driver its DeviceClass selects
+        return f"{report.gpu_resource} devices (DRA)"
+    return report.gpu_resource or "GPUs"

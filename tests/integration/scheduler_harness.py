@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = "KUBECTL_RUNS_REQUIRE_CONTROLPLANE"
 # "0/4 nodes are available: 1 node(s) were unschedulable, 3 Insufficient nvidia.com/gpu. preemption: …"
-_VERDICT = re.compile(r"^0/(?P<nodes>\d+) nodes are available: (?P<reasons>.*?)\.(?: preemption: .*)?$", re.S)
+_VERDICT = re.compile(r"^0/(?P<nodes>\d+) nodes are available: (?P<reasons>.*?)\.(?: (?:still not schedulable, )?preemption: .*)?$", re.S)
 _REASON = re.compile(r"(\d+) ((?:[^,{]|\{[^}]*\})+)")
 
 
@@ -36,14 +36,14 @@ def scheduler_binary() -> Path:
 
 
 @contextlib.contextmanager
-def kube_scheduler(cp: Any, work: Path) -> Iterator[Path]:
-    """kube-scheduler bound to ``cp`` (admin kubeconfig, no leader election, no serving port) until the block ends;
-    yields its log's path."""
+def kube_scheduler(cp: Any, work: Path, args: tuple[str, ...] = ()) -> Iterator[Path]:
+    """kube-scheduler bound to ``cp`` (admin kubeconfig, no leader election, no serving port, and ``args``) until
+    the block ends; yields its log's path."""
     binary = scheduler_binary()
     log_path = work / "kube-scheduler.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(binary), f"--kubeconfig={cp.admin_kubeconfig}", "--leader-elect=false",
-                                 "--secure-port=0", "-v=2"],
+                                 "--secure-port=0", "-v=2", *args],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             yield log_path

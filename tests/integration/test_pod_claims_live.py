@@ -9,7 +9,8 @@ claims four through a ResourceClaimTemplate (the claim made from it as kube-cont
 cannot get them. The user ``reader`` is bound to
 deploy/rbac-readonly.yaml: the reports read DRA's kinds with the read-only ClusterRole alone.
 
-Checked: ``pending`` names sim's claim, DeviceClass and devices; ``explain pod`` puts the scheduler's verdict
+Checked: ``pending`` names sim's claim, DeviceClass and devices (and ``pending -w`` reprints when a ResourceSlice
+appears); ``explain pod`` puts the scheduler's verdict
 beside ours and our nodes per reason equal its FailedScheduling message; its Tolerate remedy, applied (t1's
 taint removed), is followed by the scheduler binding sim where we said it would fit."""
 
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from reconciler_harness import ROOT
@@ -170,6 +174,33 @@ def test_snapshot_save_keeps_what_pending_reads(planted, tmp_path):
     live = _plugin(planted, "pending", "-o", "json")
     offline = _plugin(planted, "pending", "--snapshot", str(saved), "-o", "json")
     assert offline["rows"] == live["rows"]
+
+
+def test_pending_watch_reprints_when_a_resource_slice_appears(planted):
+    """``pending -w`` watches DRA's kinds: a node alone changes nothing shown (no reprint); a ResourceSlice of 2
+    more devices there does (sim: 4 free together, never 4 on one node: Fragmented)."""
+    env = dict(os.environ, KUBECONFIG=planted.kubeconfig_for("reader"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_runs", "pending", "-w", "-o", "json", "--timeout", "60s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        wait_for("the first block", lambda: lines, timeout=60)
+        assert _sim(lines[0])["reason"] == "InsufficientGPU"
+        gpu_node(planted, "d2", gpus=0)
+        time.sleep(3)  # the watch's quiet period is 0.2 s: a reprint would be here by now
+        assert len(lines) == 1, lines
+        request(planted, "POST", f"{DRA}/resourceslices", _slice("d2", 2))
+        wait_for("a new block", lambda: len(lines) >= 2, timeout=30)
+        assert _sim(lines[1])["reason"] == "Fragmented", lines[1]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    assert proc.returncode == 130, proc.stderr.read()
+
+
+def _sim(line: str) -> dict:
+    return next(r for r in json.loads(line)["rows"] if r["name"] == "sim")
 
 
 def test_after_the_taint_is_lifted_sim_is_bound_where_we_said(planted):

@@ -394,6 +394,7 @@ def load_cluster(source: Source) -> Snapshot:
         from .dra import claim_resources
 
         resources = (*RESOURCES, *QUEUE_RESOURCES, *POD_RESOURCES, *claim_resources(cluster))
+    controllers: dict = {}  # the controllers quota refusals name (sources/controllers.py)
     with gc_paused():
         for resource in resources:
             decoder = _items_decoder(resource.kind)
@@ -417,7 +418,10 @@ def load_cluster(source: Source) -> Snapshot:
                     raise ClusterError(f"{resource.qualified} from {cluster.server}: {exc}") from None
                 items = page.items
                 if resource is EVENTS:
-                    items = [e for e in items if e.reason in VERDICT_EVENT_REASONS]
+                    from .controllers import live_refusals
+
+                    items = live_refusals(cluster, [e for e in items if e.reason in VERDICT_EVENT_REASONS],
+                                          controllers)
                 collector.add_many(resource.kind, items, cluster.server)
         return collector.snapshot()
 

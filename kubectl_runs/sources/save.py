@@ -86,7 +86,10 @@ def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: lis
     templates, DeviceClasses and ResourceSlices where the server serves resource.k8s.io. A user the server refuses them still saves
     the rest, with a note."""
     from ..pods.model import POD_API_VERSIONS, POD_KINDS, VERDICT_EVENT_REASONS
+    from .controllers import live_refusals
     from .dra import claim_resources
+
+    controllers: dict = {}
 
     gpu_nodes = {item["metadata"]["name"] for item in items if item.get("kind") == "Node" and _has_gpus(item)}
     out: list[dict] = []
@@ -98,7 +101,11 @@ def _pod_objects(cluster: Cluster, source: Source, items: list[dict], notes: lis
             continue
         decoder = msgspec.json.Decoder(_page_type(POD_KINDS[resource.kind]))
         for body in pages:
-            for record in decoder.decode(body).items:
+            records = decoder.decode(body).items
+            if resource.kind == "Event":  # refusals of controllers that are gone are history
+                records = live_refusals(cluster, [e for e in records if e.reason in VERDICT_EVENT_REASONS],
+                                        controllers)
+            for record in records:
                 if resource.kind == "Pod" and record.spec.gpu_request() is None and not record.spec.resource_claims \
                         and record.spec.node_name not in gpu_nodes:
                     continue

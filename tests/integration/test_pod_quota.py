@@ -14,11 +14,14 @@ admits the pod, the refusal is history, and the real kube-scheduler binds the po
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import msgspec
 import pytest
-from reconciler_harness import control_plane, run_plugin_json
+from reconciler_harness import ROOT, control_plane, run_plugin_json
 from scheduler_harness import gpu_node, gpu_pod, kube_scheduler, pod_scheduled, request, wait_for
 
 from kubectl_runs.model import Node
@@ -172,6 +175,56 @@ def test_pending_watch_prints_a_new_quota_refusal_and_nothing_for_events_that_ar
         assert watch.stop() == 130
     assert watch.err == [], watch.err
     # leave the refusals as the fixture made them (the Event expires as the API server's event TTL would)
+    request(refused, "DELETE", f"/api/v1/namespaces/{NS}/events/{event['metadata']['name']}")
+
+
+def _as_reader(cp, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "kubectl_runs", *args], capture_output=True, text=True,
+                          env=dict(os.environ, KUBECONFIG=cp.kubeconfig_for("reader")), timeout=120, cwd=str(ROOT))
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_refusal_of_a_job_that_is_gone_is_history(refused, tmp_path):
+    """A FailedCreate Event outlives its Job: once the Job is deleted (or another Job takes its name) the refusal is
+    not listed, live nor in a saved snapshot, though the Event is still there. Read by the user ``reader`` bound to
+    deploy/rbac-readonly.yaml (it may get the controllers a refusal names)."""
+    refused.kubectl("apply", "-f", str(ROOT / "deploy" / "rbac-readonly.yaml"))
+    refused.kubectl("create", "clusterrolebinding", "reader-reads", "--clusterrole=kubectl-runs-reader",
+                    "--user=reader")
+    template = gpu_pod("z", NS, gpus=8)["spec"]
+    del template["containers"][0]["resources"]["requests"]["cpu"]
+    spec = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gone", "namespace": NS},
+            "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
+                     "template": {"spec": {**template, "restartPolicy": "Never"}}}}
+    job = request(refused, "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", spec)
+    status, answer = refused.request("POST", f"/api/v1/namespaces/{NS}/pods", job_pod(job, 8))
+    assert status == 403, (status, answer)
+    event = request(refused, "POST", f"/api/v1/namespaces/{NS}/events", failed_create_event(job, answer["message"]))
+
+    def refused_jobs(*args: str) -> list[str]:
+        report = _as_reader(refused, "pending", "-o", "json", *args)
+        return sorted(r["name"] for r in report["rows"] if r["reason"] == "QuotaExceeded")
+
+    assert refused_jobs() == ["gone", "train"]
+    # no garbage collector runs here: the Job keeps the orphan finalizer a plain DELETE gives it, being deleted
+    request(refused, "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/gone")
+    assert request(refused, "GET", f"/apis/batch/v1/namespaces/{NS}/jobs/gone")["metadata"]["deletionTimestamp"]
+    assert refused_jobs() == ["train"]
+    request(refused, "PATCH", f"/apis/batch/v1/namespaces/{NS}/jobs/gone", {"metadata": {"finalizers": None}},
+            merge=True)  # what the garbage collector does: now it is gone
+    wait_for("the Job gone", lambda: refused.request("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/gone")[0] == 404)
+    assert refused_jobs() == ["train"]
+    request(refused, "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", spec)  # another Job of that name
+    assert refused_jobs() == ["train"]
+    saved = tmp_path / "saved.json"
+    done = subprocess.run([sys.executable, "-m", "kubectl_runs", "snapshot", "save", "-f", str(saved)],
+                          capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+                          env=dict(os.environ, KUBECONFIG=refused.kubeconfig_for("reader")))
+    assert done.returncode == 0, done.stderr
+    assert refused_jobs("--snapshot", str(saved)) == ["train"]
+    assert request(refused, "GET", f"/api/v1/namespaces/{NS}/events/{event['metadata']['name']}")  # still there
+    request(refused, "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/gone?propagationPolicy=Background")
     request(refused, "DELETE", f"/api/v1/namespaces/{NS}/events/{event['metadata']['name']}")
 
 

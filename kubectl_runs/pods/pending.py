@@ -27,8 +27,6 @@ from .model import TERMINAL_PHASES, Pod
 from .owners import Workload, workload_key, workload_of
 from .reasons import PodReason, reason
 
-KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
-
 ReasonCode = Literal["SchedulingGated", "OtherScheduler", "Fits", "Cordoned", "UntoleratedTaint", "NodeSelector",
                      "ExceedsNodeCapacity", "Fragmented", "InsufficientGPU", "InsufficientResources",
                      "QuotaExceeded"]
@@ -171,7 +169,9 @@ def _oldest(times: Iterable[datetime | None]) -> datetime | None:
 
 class GPUHeadline(Value):
     """The fleet's GPUs. A node's GPUs are held by open GPULeases or by bound pods, whichever holds more of them
-    (a Run's pods run on its leases' slots: nothing is counted twice); free is what neither holds."""
+    (a Run's pods run on its leases' slots: nothing is counted twice); free is what neither holds. A node that
+    offers no GPU extended resource but publishes GPU devices through DRA (ResourceSlices of a GPU driver) counts
+    those: held when a claim holds them (by pods outside leases), else free."""
 
     total: int
     held_by_leases: int
@@ -217,6 +217,7 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
     arithmetic)."""
     from ..engine.evaluation import Evaluation
     from ..engine.plan import plan_run
+    from .workload_rows import in_kueue_row, kueue_row_pods, workload_rows
 
     pods = snapshot.pods.pods
     rows: list[PendingRow] = []
@@ -232,15 +233,15 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                                rfc3339(run.metadata.creation_timestamp), "jobtree",
                                first.code if first else "Startable",
                                first.message if first else "can start now: the reconciler starts it on its next pass"))
-    kueue_rows = workload_rows(snapshot)
+    kueue_rows = workload_rows(snapshot)  # Kueue's pending Workloads (pods/workload_rows.py)
     rows += kueue_rows
     use, pending = one_pass(pods)  # each pod's requests summed once, for everything below
     smallest = min((g for _p, (_r, g) in pending), default=None)
     claiming = claiming_pods(pods)  # GPUs claimed through DRA
     if kueue_rows:  # a pod of a Workload that has a row is counted there
-        in_row = _kueue_row_pods(snapshot.queues.workloads, kueue_rows)
-        pending = [(p, g) for p, g in pending if not _in_kueue_row(p, in_row)]
-        claiming = [p for p in claiming if not _in_kueue_row(p, in_row)]
+        in_row = kueue_row_pods(snapshot.queues.workloads, kueue_rows)
+        pending = [(p, g) for p, g in pending if not in_kueue_row(p, in_row)]
+        claiming = [p for p in claiming if not in_kueue_row(p, in_row)]
     runs = {(r.namespace, r.name): i for i, r in enumerate(rows) if r.kind == "Run"}
     pod_rows = [PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                            row.waiting_since, row.admitted_by, row.reason, row.message)
@@ -264,64 +265,6 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
     return PendingReport(rfc3339(at), headline(snapshot, ev.open, use, smallest), rows, _reason_counts(rows))
-
-
-def workload_rows(snapshot) -> list[PendingRow]:
-    """Kueue's pending Workloads that ask for GPUs: the GPUs and pods of their pod sets, and why they wait as
-    ``explain workload`` says it — ``NeverAdmitted`` (beyond the ClusterQueue's maximum capacity in every flavor
-    it could use), ``InsufficientQuota`` (short of quota after borrowing), ``NoFlavor`` (no flavor it may use),
-    else ``Queued`` (it waits its turn)."""
-    from ..kueue.explain import explain_workload
-    from ..kueue.model import PodSetsError
-
-    rows = []
-    for workload in snapshot.queues.workloads:
-        if workload.finished or workload.admitted or workload.quota_reserved or not workload.spec.active:
-            continue
-        try:
-            why = explain_workload(snapshot, workload)
-        except PodSetsError:
-            continue  # `explain workload` names the bad field
-        gpus = sum(view.count * sum(view.per_pod.values()) for view in why.pod_sets)
-        if gpus <= 0:
-            continue
-        if why.never_admitted:
-            code = "NeverAdmitted"
-        elif why.shortfalls:
-            code = "InsufficientQuota"
-        elif why.flavors and all(f.verdict == "Excluded" for f in why.flavors):
-            code = "NoFlavor"
-        else:
-            code = "Queued"
-        resources = {r for view in why.pod_sets for r, n in view.per_pod.items() if n}
-        rows.append(PendingRow("Workload", workload.namespace, workload.name, sum(v.count for v in why.pod_sets),
-                               gpus, next(iter(resources)) if len(resources) == 1 else None, None,
-                               rfc3339(workload.metadata.creation_timestamp), "Kueue", code,
-                               why.assignment_message or why.kueue_message))
-    return rows
-
-
-def _kueue_row_pods(workloads, kueue_rows: list[PendingRow]) -> tuple[set, set, set]:
-    """(uids, (namespace, pod name)s, (namespace, group)s) of the pods of the Kueue Workloads that have a row:
-    owned by uid or by name, or in a pod group named as the Workload. Pods of an admitted Workload are
-    kube-scheduler's again: they get rows of their own."""
-    pending = {(r.namespace, r.name) for r in kueue_rows}
-    uids, names = set(), set()
-    for workload in workloads:
-        if (workload.namespace, workload.name) in pending:
-            for owner in workload.metadata.owner_references:
-                if owner.uid:
-                    uids.add(owner.uid)
-                if owner.kind == "Pod":
-                    names.add((workload.namespace, owner.name))
-    return uids, names, pending
-
-
-def _in_kueue_row(pod: Pod, in_row: tuple[set, set, set]) -> bool:
-    uids, names, groups = in_row
-    meta = pod.metadata
-    return (bool(meta.uid) and meta.uid in uids) or (meta.namespace, meta.name) in names or \
-        (meta.namespace, meta.labels.get(KUEUE_POD_GROUP, "")) in groups
 
 
 def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
@@ -378,6 +321,7 @@ def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, small
     use = node_use(snapshot.pods.pods) if use is None else use
     if smallest == -1:
         smallest = min((p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)), default=None)
+    devices = _dra_gpus(snapshot.pods)
     total = by_leases = by_pods = free = large = 0
     counted: dict[tuple, int] = {}  # (nvidia.com/gpu, amd.com/gpu) as written -> GPUs
     for node in snapshot.nodes:
@@ -396,10 +340,28 @@ def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, small
         by_leases += min(on_leases, gpus)
         by_pods += max(0, min(held, gpus) - min(on_leases, gpus))
         left = max(0, gpus - held)
+        if not gpus and name in devices:  # GPUs published through DRA
+            total += devices[name][0]
+            by_pods += devices[name][0] - devices[name][1]
+            left = devices[name][1]
         free += left
         if smallest is not None and left >= smallest:
             large += left
     return GPUHeadline(total, by_leases, by_pods, free, large, smallest)
+
+
+def _dra_gpus(objects) -> dict[str, tuple[int, int]]:
+    """Per node, (GPU devices its ResourceSlices publish, those no claim holds), over the GPU drivers."""
+    if not objects.resource_slices:
+        return {}
+    from .claims import device_use, gpu_driver
+
+    out: dict[str, tuple[int, int]] = {}
+    for node, drivers in device_use(objects).items():
+        gpus = [d for driver, d in drivers.items() if gpu_driver(driver, None) is not None]
+        if gpus:
+            out[node] = (sum(d.total for d in gpus), sum(d.free for d in gpus))
+    return out
 
 
 def _reason_counts(rows: list[PendingRow]) -> list[ReasonCount]:

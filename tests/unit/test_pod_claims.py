@@ -132,6 +132,9 @@ def test_pending_names_the_claim_and_counts_its_devices(capsys):
     schema = json.loads((ROOT / "docs" / "schemas" / "pending.schema.json").read_text())
     Draft202012Validator(schema).validate(report)
     assert all(r["deviceClass"] is None for r in report["rows"] if r["name"] != "sim")
+    # the headline counts dra-c1's 4 published devices: 2 held by notebook-gpus, 2 free
+    gpus = report["gpus"]
+    assert (gpus["total"], gpus["heldByPodsOutsideLeases"], gpus["free"]) == (24 + 4, 11 + 2, 13 + 2), gpus
 
 
 def _variant(tmp_path, change) -> Path:

@@ -154,13 +154,14 @@ def _workload_target(snapshot: Snapshot, namespace: str | None, name: str):
     """``explain pod WORKLOAD``: the workload's oldest pending GPU pod (GPUs asked or claimed through DRA), else (no pod of it exists) its controller's
     quota refusal (kubectl_runs.pods.quota), else None."""
     from ..pods.claim_reasons import claiming_pods
-    from ..pods.claims import gpu_claims
+    from ..pods.claims import ClaimIndex, gpu_claims
     from ..pods.owners import workload_of
     from ..pods.pending import is_pending_gpu_pod
     from ..pods.quota import rejections
 
     pods = snapshot.pods
-    claiming = {id(p) for p in claiming_pods(pods.pods) if gpu_claims(p, pods)}  # GPUs claimed through DRA
+    index = ClaimIndex.of(pods)
+    claiming = {id(p) for p in claiming_pods(pods.pods) if gpu_claims(p, pods, index)}  # GPUs claimed through DRA
     mine = [p for p in pods.pods if (is_pending_gpu_pod(p) or id(p) in claiming) and workload_of(p).name == name
             and namespace in (None, p.metadata.namespace)]
     if mine:

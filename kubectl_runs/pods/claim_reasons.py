@@ -10,7 +10,7 @@ import msgspec
 
 from ..model import Node
 from ..timeutil import rfc3339
-from .claims import ClaimAsk, Devices, claims_fit, describe, device_use, gpu_claims, needed
+from .claims import ClaimAsk, ClaimIndex, Devices, claims_fit, describe, device_use, gpu_claims, needed
 from .fit import NodeFit, NodeUse, Shapes, fleet_fit
 from .model import Pod, PodObjects
 from .owners import workload_of
@@ -21,40 +21,54 @@ _JUDGED_BEFORE = ("SchedulingGated", "OtherScheduler", "Cordoned", "UntoleratedT
 
 
 def claim_reason(pod: Pod, fits: Sequence[NodeFit], asks: Sequence[ClaimAsk],
-                 devices: dict[str, dict[str, Devices]]) -> tuple[PodReason, tuple[NodeFit, ...]]:
+                 devices: dict[str, dict[str, Devices]], judged: tuple[NodeFit, ...] | None = None,
+                 core: PodReason | None = None) -> tuple[PodReason, tuple[NodeFit, ...]]:
     """(the reason, the fits with the DynamicResources filter added) of a pending pod whose claims ``asks`` for
-    GPUs; ``fits``: its other filters over every node (``fit.fleet_fit``, one per node)."""
+    GPUs; ``fits``: its other filters over every node (``fit.fleet_fit``, one per node). Replicas ask alike:
+    ``judged`` (``claims_fit(fits, asks, devices)``) and ``core`` (``reason_core``) when already known."""
+    if judged is None:
+        judged = claims_fit(fits, asks, devices)
+    if core is None:
+        core = reason_core(pod, fits, asks, judged)
     named = f"DRA {describe(asks)}"
+    if core.code in _JUDGED_BEFORE:
+        return PodReason(core.code, f"{core.message}; {named}", core.admitter), judged
+    return PodReason(core.code, f"{named}: {core.message}", core.admitter, core.largest_block,
+                     core.free_gpus), judged
+
+
+def reason_core(pod: Pod, fits: Sequence[NodeFit], asks: Sequence[ClaimAsk], judged: Sequence[NodeFit]
+                ) -> PodReason:
+    """``claim_reason`` without the claims named: the same for every replica of a spec that asks the same
+    devices."""
     base = reason(pod, fits)
-    judged = claims_fit(fits, asks, devices)
     if base.code in _JUDGED_BEFORE:
-        return PodReason(base.code, f"{base.message}; {named}", base.admitter), judged
+        return base
     want = needed(asks)
     if not want:  # every claim allocated: the scheduler binds it where its devices are
-        return PodReason("Fits", f"{named}: allocated; kube-scheduler has not bound it yet", "kube-scheduler"), judged
+        return PodReason("Fits", "allocated; kube-scheduler has not bound it yet", "kube-scheduler")
     driver, count = max(want.items(), key=lambda kv: (kv[1], kv[0]))
     eligible = [f for f in judged if f.fits or f.filter == "DynamicResources"]
-    largest = max((f.free.get(driver, 0) for f in eligible), default=0)
-    together = sum(max(f.free.get(driver, 0), 0) for f in eligible)
-    fitting = sum(1 for f in judged if f.fits)
+    free = [f.free.get(driver, 0) for f in eligible]
+    largest = max(free, default=0)
+    together = sum(n for n in free if n > 0)
+    fitting = sum(1 for f in eligible if f.fits)
     if fitting:
-        return PodReason("Fits", f"{named}: the devices are free on {fitting} node(s) it may use; kube-scheduler "
-                                 "has not allocated them yet", "kube-scheduler", largest, together), judged
+        return PodReason("Fits", f"the devices are free on {fitting} node(s) it may use; kube-scheduler has not "
+                                 "allocated them yet", "kube-scheduler", largest, together)
     biggest = max((f.allocatable.get(driver, 0) for f in eligible), default=0)
     if not biggest:
-        return PodReason("InsufficientGPU", f"{named}: no node it may use publishes {driver} devices "
-                                            "(ResourceSlices)", "kube-scheduler"), judged
+        return PodReason("InsufficientGPU", f"no node it may use publishes {driver} devices (ResourceSlices)",
+                         "kube-scheduler")
     if count > biggest:
-        return PodReason("ExceedsNodeCapacity", f"{named}: needs {count} {driver} devices on one node: the largest "
-                                                f"node it may use publishes {biggest}", "kube-scheduler",
-                         largest, together), judged
+        return PodReason("ExceedsNodeCapacity", f"needs {count} {driver} devices on one node: the largest node it "
+                                                f"may use publishes {biggest}", "kube-scheduler", largest, together)
     if together >= count:
-        return PodReason("Fragmented", f"{named}: needs {count} {driver} devices on one node: {together} are free "
-                                       f"on the nodes it may use, at most {largest} on one", "kube-scheduler",
-                         largest, together), judged
-    return PodReason("InsufficientGPU", f"{named}: needs {count} {driver} devices on one node: {together} are free "
-                                        "on all the nodes it may use together", "kube-scheduler",
-                     largest, together), judged
+        return PodReason("Fragmented", f"needs {count} {driver} devices on one node: {together} are free on the "
+                                       f"nodes it may use, at most {largest} on one", "kube-scheduler",
+                         largest, together)
+    return PodReason("InsufficientGPU", f"needs {count} {driver} devices on one node: {together} are free on all "
+                                        "the nodes it may use together", "kube-scheduler", largest, together)
 
 
 def claiming_pods(pods: Sequence[Pod]) -> list[Pod]:
@@ -70,18 +84,25 @@ def claim_rows(claiming: Sequence[Pod], objects: PodObjects, nodes: Sequence[Nod
     from .pending import PendingRow
 
     devices = device_use(objects)
+    index = ClaimIndex.of(objects)
     shapes = Shapes(nodes, use)
     base: dict[bytes, tuple[NodeFit, ...]] = {}
+    judged: dict[tuple[bytes, tuple], tuple[tuple[NodeFit, ...], PodReason]] = {}  # replicas: the same spec and
+    # devices asked, the same fits and reason (but for the claims' names)
     groups: dict[tuple[str, str, str], list[tuple[Pod, tuple[ClaimAsk, ...], PodReason]]] = {}
     for pod in claiming:
-        asks = gpu_claims(pod, objects)
+        asks = gpu_claims(pod, objects, index)
         if not asks:
             continue
         key = msgspec.json.encode(pod.spec)
         fits = base.get(key)
         if fits is None:
             fits = base[key] = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes)
-        why, _judged = claim_reason(pod, fits, asks, devices)
+        wanted = (key, tuple(sorted(needed(asks).items())))
+        if wanted not in judged:
+            with_claims = claims_fit(fits, asks, devices)
+            judged[wanted] = (with_claims, reason_core(pod, fits, asks, with_claims))
+        why, _judged = claim_reason(pod, fits, asks, devices, *judged[wanted])
         owner = workload_of(pod)
         groups.setdefault((owner.namespace, owner.kind, owner.name), []).append((pod, asks, why))
     rows = []

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .fit import NodeFit
-from .model import DeviceClass, Pod, PodObjects, ResourceClaim
+from .model import DeviceClass, Pod, PodObjects, ResourceClaim, ResourceClaimTemplate
 
 GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com")
 # kube-scheduler's DynamicResources filter, in its own words (Kubernetes v1.33)
@@ -62,33 +62,47 @@ def gpu_driver(name: str, device_class: DeviceClass | None) -> str | None:
     return None
 
 
-def gpu_claims(pod: Pod, objects: PodObjects) -> tuple[ClaimAsk, ...]:
+@dataclass(frozen=True)
+class ClaimIndex:
+    """The DRA objects of a snapshot by key, made once for many pods."""
+
+    claims: dict[tuple[str, str], ResourceClaim]
+    templates: dict[tuple[str, str], ResourceClaimTemplate]
+    classes: dict[str, DeviceClass]
+    slices: dict[tuple[str, str, str], str]  # (driver, pool, device) -> node
+
+    @classmethod
+    def of(cls, objects: PodObjects) -> ClaimIndex:
+        return cls({(c.metadata.namespace, c.metadata.name): c for c in objects.claims},
+                   {(t.metadata.namespace, t.metadata.name): t for t in objects.claim_templates},
+                   {c.metadata.name: c for c in objects.device_classes}, _slice_nodes(objects))
+
+
+def gpu_claims(pod: Pod, objects: PodObjects, index: ClaimIndex | None = None) -> tuple[ClaimAsk, ...]:
     """The requests of ``pod``'s claims that ask for GPUs, in the pod's order. A claim made from a template is read
     when it exists (its name is in the pod's status), else the template; a claim or template not read (not there,
-    or not readable) asks for nothing known."""
+    or not readable) asks for nothing known. ``index``: ``ClaimIndex.of(objects)``, when judging many pods."""
     if not pod.spec.resource_claims:
         return ()
+    index = ClaimIndex.of(objects) if index is None else index
     namespace = pod.metadata.namespace
-    claims = {(c.metadata.namespace, c.metadata.name): c for c in objects.claims if c.metadata.namespace == namespace}
-    templates = {t.metadata.name: t for t in objects.claim_templates if t.metadata.namespace == namespace}
-    classes = {c.metadata.name: c for c in objects.device_classes}
     generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses}
     out: list[ClaimAsk] = []
-    slices = _slice_nodes(objects)
     for entry in pod.spec.resource_claims:
         name = entry.resource_claim_name or generated.get(entry.name, "")
-        claim = claims.get((namespace, name)) if name else None
+        claim = index.claims.get((namespace, name)) if name else None
+        template = index.templates.get((namespace, entry.resource_claim_template_name))
         if claim is not None:
             spec, where, source = claim.spec, f"{namespace}/{name}", "ResourceClaim"
-        elif entry.resource_claim_template_name in templates:
-            spec = templates[entry.resource_claim_template_name].spec.spec
+        elif template is not None:
+            spec = template.spec.spec
             where, source = f"{namespace}/{entry.resource_claim_template_name}", "ResourceClaimTemplate"
         else:
             continue
-        nodes = _allocated_nodes(claim, slices) if claim is not None else {}
+        nodes = _allocated_nodes(claim, index.slices) if claim is not None else {}
         for request in spec.devices.requests:
             asked = request.asked
-            driver = gpu_driver(asked.device_class_name, classes.get(asked.device_class_name))
+            driver = gpu_driver(asked.device_class_name, index.classes.get(asked.device_class_name))
             if driver is not None:
                 out.append(ClaimAsk(entry.name, where, source, request.name, asked.device_class_name, driver,
                                     asked.devices, tuple(sorted(nodes.get(request.name, ())))))

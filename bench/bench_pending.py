@@ -2,6 +2,7 @@
 same snapshot, measured side by side in one run (this machine is shared: only the ratio means anything).
 
     .venv/bin/python -m bench.bench_pending [--nodes 4000] [--pods 10000] [--repeats 5]
+    .venv/bin/python -m bench.bench_pending --dra-nodes 1000 --dra-pods 500      # and GPUs claimed through DRA
 
 The fleet (``pods_fleet``): nodes of 8 GPUs in three pools and 16 zones, one in 20 tainted, one in 50 cordoned;
 60 % of the pods bound (1–8 GPUs each, as the nodes have room), the rest pending in Jobs of 5 replicas asking
@@ -68,6 +69,34 @@ def pods_fleet(nodes: int, pods: int, seed: int = 29) -> list[dict]:
     return items
 
 
+def dra_fleet(nodes: int, pods: int) -> list[dict]:
+    """GPUs claimed through DRA: ``nodes`` nodes without GPU extended resources, each publishing 8 devices of driver
+    gpu.nvidia.com (one ResourceSlice), a GPU DeviceClass, and ``pods`` pending pods in Jobs of 50 that claim 16
+    devices each through one ResourceClaimTemplate (more than a node publishes: ExceedsNodeCapacity)."""
+    items: list[dict] = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+                          "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}},
+                         {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                          "metadata": {"name": "sixteen", "namespace": "dra"},
+                          "spec": {"spec": {"devices": {"requests": [
+                              {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 16}}]}}}}]
+    for i in range(nodes):
+        name = f"dra-{i:05d}"
+        items.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                      "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110"}}})
+        items.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{name}-gpus"},
+                      "spec": {"driver": "gpu.nvidia.com", "nodeName": name, "pool": {"name": name, "generation": 1},
+                               "devices": [{"name": f"gpu-{d}"} for d in range(8)]}})
+    for i in range(pods):
+        items.append({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": f"sim{i // 50:03d}-{i % 50}", "namespace": "dra",
+                                   "creationTimestamp": "2025-11-20T10:00:00Z",
+                                   "ownerReferences": [{"kind": "Job", "name": f"sim{i // 50:03d}", "controller": True}]},
+                      "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "sixteen"}],
+                               "containers": [{"name": "main", "resources": {"claims": [{"name": "gpus"}]}}]},
+                      "status": {"phase": "Pending"}})
+    return items
+
+
 def _pod(name: str, ns: str, gpus: int, *, node_name: str = "", owner: tuple[str, str], phase: str = "Pending",
          **spec) -> dict:
     body = {"containers": [{"name": "main", "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "4"}}}],
@@ -85,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dra-nodes", type=int, default=0, help="add nodes whose GPUs are published through DRA")
+    parser.add_argument("--dra-pods", type=int, default=0, help="add pending pods that claim GPUs through DRA")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "pods.json")
         with open(path, "w") as out:
-            json.dump({"apiVersion": "v1", "kind": "List", "items": pods_fleet(args.nodes, args.pods)}, out)
+            items = pods_fleet(args.nodes, args.pods) + dra_fleet(args.dra_nodes, args.dra_pods)
+            json.dump({"apiVersion": "v1", "kind": "List", "items": items}, out)
         decode, pending = [], []
         rows = 0
         for _ in range(args.repeats):  # alternating, so that a busy moment hits both
@@ -100,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = len(pending_report(snapshot, AT).rows)
             pending.append(time.perf_counter() - start)
         d, p = statistics.median(decode), statistics.median(pending)
-        print(f"{args.nodes:,} nodes, {len(snapshot.pods.pods):,} pods ({rows:,} pending rows); load average "
+        dra = f" + {args.dra_nodes:,} DRA nodes, {args.dra_pods:,} DRA pods" if args.dra_nodes or args.dra_pods else ""
+        print(f"{args.nodes:,} nodes{dra}, {len(snapshot.pods.pods):,} pods ({rows:,} pending rows); load average "
               f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
         print(f"decode {d * 1000:,.0f} ms, pending {p * 1000:,.0f} ms (median of {args.repeats}): "
               f"pending ÷ decode = {p / d:.2f}")

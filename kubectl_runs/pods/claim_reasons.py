@@ -78,14 +78,17 @@ def claiming_pods(pods: Sequence[Pod]) -> list[Pod]:
             and p.metadata.deletion_timestamp is None and p.spec.gpu_request() is None]
 
 
-def claim_rows(claiming: Sequence[Pod], objects: PodObjects, nodes: Sequence[Node], use: dict[str, NodeUse]):
+def claim_rows(claiming: Sequence[Pod], objects: PodObjects, nodes: Sequence[Node], use: dict[str, NodeUse],
+               shapes: Shapes | None = None, devices: dict[str, dict[str, Devices]] | None = None):
     """The ``pending`` rows of the workloads whose pods claim GPUs through DRA (kubectl_runs.pods.pending's
-    PendingRow): pods, devices asked, one reason, the DeviceClass."""
+    PendingRow): pods, devices asked, one reason, the DeviceClass. ``shapes``/``devices``: ``Shapes(nodes, use)``
+    and ``device_use(objects)``, when already known."""
     from .pending import PendingRow
 
-    devices = device_use(objects)
+    devices = device_use(objects) if devices is None else devices
     index = ClaimIndex.of(objects)
-    shapes = Shapes(nodes, use)
+    shapes = Shapes(nodes, use) if shapes is None else shapes
+    names = [n.metadata.name for n in shapes.nodes]
     base: dict[bytes, tuple[NodeFit, ...]] = {}
     judged: dict[tuple[bytes, tuple], tuple[tuple[NodeFit, ...], PodReason]] = {}  # replicas: the same spec and
     # devices asked, the same fits and reason (but for the claims' names)
@@ -97,10 +100,10 @@ def claim_rows(claiming: Sequence[Pod], objects: PodObjects, nodes: Sequence[Nod
         key = msgspec.json.encode(pod.spec)
         fits = base.get(key)
         if fits is None:
-            fits = base[key] = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes)
+            fits = base[key] = fleet_fit(pod.spec, nodes, (), use=use, shapes=shapes, named=False)
         wanted = (key, tuple(sorted(needed(asks).items())))
         if wanted not in judged:
-            with_claims = claims_fit(fits, asks, devices)
+            with_claims = claims_fit(fits, asks, devices, names, every=False)
             judged[wanted] = (with_claims, reason_core(pod, fits, asks, with_claims))
         why, _judged = claim_reason(pod, fits, asks, devices, *judged[wanted])
         owner = workload_of(pod)

@@ -171,24 +171,31 @@ def needed(asks: Iterable[ClaimAsk]) -> dict[str, int]:
     return out
 
 
-def claims_fit(fits: Sequence[NodeFit], asks: Sequence[ClaimAsk], use: dict[str, dict[str, Devices]]
-               ) -> tuple[NodeFit, ...]:
+def claims_fit(fits: Sequence[NodeFit], asks: Sequence[ClaimAsk], use: dict[str, dict[str, Devices]],
+               names: Sequence[str] | None = None, every: bool = True) -> tuple[NodeFit, ...]:
     """``fits`` (kubectl_runs.pods.fit, the pod's other filters) with the DynamicResources filter after them: a node
     that passed them and lacks the free devices the claims ask for gets the scheduler's reason; each fit carries
-    the devices free and published there per driver."""
+    the devices free and published there per driver. ``names``: the nodes' names, in the fits' order, when the
+    fits do not name them (``fleet_fit(named=False)``); ``every=False``: the fits the other filters turned away are
+    kept as they are (counting needs only the others' devices)."""
     want = needed(asks)
     if not want:
         return tuple(fits)
     out = []
-    for one in fits:
-        there = use.get(one.node, {})
+    none: dict[str, Devices] = {}
+    for i, one in enumerate(fits):
+        if not every and not one.fits:
+            out.append(one)
+            continue
+        node = one.node if names is None else names[i]
+        there = use.get(node, none)
         free = {driver: there[driver].free if driver in there else 0 for driver in want}
         total = {driver: there[driver].total if driver in there else 0 for driver in want}
         if one.fits and any(free[d] < n for d, n in want.items()):
-            one = NodeFit(one.node, (CANNOT_ALLOCATE,), "DynamicResources", {**one.free, **free},
+            one = NodeFit(node, (CANNOT_ALLOCATE,), "DynamicResources", {**one.free, **free},
                           {**one.allocatable, **total})
         else:
-            one = NodeFit(one.node, one.reasons, one.filter, {**one.free, **free}, {**one.allocatable, **total})
+            one = NodeFit(node, one.reasons, one.filter, {**one.free, **free}, {**one.allocatable, **total})
         out.append(one)
     return tuple(out)
 

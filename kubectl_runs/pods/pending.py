@@ -22,6 +22,7 @@ from ..engine.reports import Value
 from ..model import Node
 from ..timeutil import rfc3339
 from .claim_reasons import claim_rows, claiming_pods
+from .claims import device_use, gpu_driver
 from .fit import NodeUse, Shapes, fit, node_use, weighted_fit
 from .model import TERMINAL_PHASES, Pod
 from .owners import Workload, workload_key, workload_of
@@ -106,8 +107,8 @@ def one_pass(pods: Sequence[Pod]) -> tuple[dict[str, NodeUse], list[tuple[Pod, t
     return use, pending
 
 
-def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node], use: dict[str, NodeUse]
-              ) -> tuple[PendingPodsRow, ...]:
+def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node], use: dict[str, NodeUse],
+              shapes: Shapes | None = None) -> tuple[PendingPodsRow, ...]:
     """Replicas of one template have equal specs: each distinct spec is judged once against the nodes (once per
     node shape: ``weighted_fit``), and its reason reused."""
     if not pending:
@@ -120,7 +121,7 @@ def _pod_rows(pending: list[tuple[Pod, tuple[str, int]]], nodes: Sequence[Node],
             groups[key] = [(pod, gpus)]
         else:
             members.append((pod, gpus))
-    shapes = Shapes(nodes, use)
+    shapes = Shapes(nodes, use) if shapes is None else shapes
     cache: dict[bytes, PodReason] = {}
     encode = msgspec.json.encode
 
@@ -243,11 +244,13 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
         pending = [(p, g) for p, g in pending if not in_kueue_row(p, in_row)]
         claiming = [p for p in claiming if not in_kueue_row(p, in_row)]
     runs = {(r.namespace, r.name): i for i, r in enumerate(rows) if r.kind == "Run"}
+    shapes = Shapes(snapshot.nodes, use) if pending or claiming else None
+    devices = device_use(snapshot.pods) if snapshot.pods.resource_slices else {}
     pod_rows = [PendingRow(row.kind, row.namespace, row.name, row.pods, row.gpus, row.gpu_resource, None,
                            row.waiting_since, row.admitted_by, row.reason, row.message)
-                for row in _pod_rows(pending, snapshot.nodes, use)]
+                for row in _pod_rows(pending, snapshot.nodes, use, shapes)]
     if claiming:
-        pod_rows += claim_rows(claiming, snapshot.pods, snapshot.nodes, use)
+        pod_rows += claim_rows(claiming, snapshot.pods, snapshot.nodes, use, shapes, devices)
     for row in pod_rows:
         if row.kind == "Run" and (row.namespace, row.name) in runs:  # the Run's own row counts its pods
             i = runs[(row.namespace, row.name)]
@@ -264,7 +267,8 @@ def pending_report(snapshot, at: datetime, *, namespace: str | None = None,
                  for w in [workload_of(p)] if _may_use(p, flavored, snapshot.nodes)}
         rows = [r for r in rows if (r.namespace, r.kind, r.name) in keep]
     rows.sort(key=lambda r: (r.namespace, r.kind != "Run", r.kind, r.name))
-    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use, smallest), rows, _reason_counts(rows))
+    return PendingReport(rfc3339(at), headline(snapshot, ev.open, use, smallest, devices), rows,
+                         _reason_counts(rows))
 
 
 def quota_rows(snapshot, rows: list[PendingRow]) -> list[PendingRow]:
@@ -310,8 +314,8 @@ def _may_use(pod: Pod, flavored: set[str], nodes: Sequence[Node]) -> bool:
     return False
 
 
-def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, smallest: int | None = -1
-             ) -> GPUHeadline:
+def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, smallest: int | None = -1,
+             devices: dict | None = None) -> GPUHeadline:
     """``use``: ``node_use`` of the snapshot's pods; ``smallest``: the smallest pending pod's GPUs (None: no pod
     is pending) — when already known."""
     leased: Counter[str] = Counter()
@@ -321,7 +325,7 @@ def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, small
     use = node_use(snapshot.pods.pods) if use is None else use
     if smallest == -1:
         smallest = min((p.spec.gpu_request()[1] for p in snapshot.pods.pods if is_pending_gpu_pod(p)), default=None)
-    devices = _dra_gpus(snapshot.pods)
+    devices = _dra_gpus(snapshot.pods, devices)
     total = by_leases = by_pods = free = large = 0
     counted: dict[tuple, int] = {}  # (nvidia.com/gpu, amd.com/gpu) as written -> GPUs
     for node in snapshot.nodes:
@@ -350,14 +354,13 @@ def headline(snapshot, open_leases, use: dict[str, NodeUse] | None = None, small
     return GPUHeadline(total, by_leases, by_pods, free, large, smallest)
 
 
-def _dra_gpus(objects) -> dict[str, tuple[int, int]]:
-    """Per node, (GPU devices its ResourceSlices publish, those no claim holds), over the GPU drivers."""
+def _dra_gpus(objects, devices: dict | None = None) -> dict[str, tuple[int, int]]:
+    """Per node, (GPU devices its ResourceSlices publish, those no claim holds), over the GPU drivers
+    (``devices``: ``claims.device_use(objects)``, when already known)."""
     if not objects.resource_slices:
         return {}
-    from .claims import device_use, gpu_driver
-
     out: dict[str, tuple[int, int]] = {}
-    for node, drivers in device_use(objects).items():
+    for node, drivers in (device_use(objects) if devices is None else devices).items():
         gpus = [d for driver, d in drivers.items() if gpu_driver(driver, None) is not None]
         if gpus:
             out[node] = (sum(d.total for d in gpus), sum(d.free for d in gpus))

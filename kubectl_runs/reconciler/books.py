@@ -33,11 +33,15 @@ from ..engine.accounting import (
 )
 from ..engine.findings import Finding
 from ..engine.owners import namespace_owners
-from ..model import GPULease, Snapshot
+from ..engine.protection import Windows, protections
+from ..model import GPULease, Run, Snapshot
 
 # engine/evaluation.py's Evaluation values that are functions of the nodes, the open leases and their charges only
 CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_scope_nodes", "_groups",
            "_held")
+# the values that also read the Runs holding those leases and the clock: a scope's lottery candidates (with the
+# protected Runs left out) and its releases (reported completions)
+SCOPED = ("_lottery", "_releases")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +69,10 @@ class Books:
         self.carried = 0  # Evaluations that took the previous one's lease-derived values
         self._quiet: tuple | None = None  # what moving the last ledger to a later instant needs (``_moved``)
         self.moved = 0  # ledgers that were the previous one moved to a later instant
+        # what the carried SCOPED values were computed from: (first instant after which they may change by
+        # themselves, the Runs that held open leases then, by key), None until the next carry computes it
+        self._scoped_basis: tuple[datetime | None, dict[str, Run | None]] | None = None
+        self.scoped = 0  # Evaluations that took the previous one's SCOPED values too
 
     def carry(self, evaluation: Any) -> None:
         """Give ``evaluation`` (a status.Evaluation whose book this has just made) the values the previous
@@ -76,6 +84,7 @@ class Books:
         (releases, protections, lottery candidates, funding inputs, plans) is never carried."""
         before, self.last = self.last, evaluation
         evaluation._open = self._open  # open_leases(snapshot, at): the ledger's pass found them
+        basis, self._scoped_basis = self._scoped_basis, None
         if before is None or before is evaluation or not self.same_open or self.changed:
             return
         now, then = evaluation.snapshot, before.snapshot
@@ -85,6 +94,17 @@ class Books:
             value = getattr(before, name)
             setattr(evaluation, name, dict(value) if isinstance(value, dict) else value)
         self.carried += 1
+        if now.reservations is not then.reservations or not (before._lottery or before._releases):
+            return
+        if basis is None:  # before computed them: from its snapshot, at its instant
+            basis = (_scope_horizon(then, before.at), {key: then.runs_by_key.get(key) for key in _holding(before)})
+        horizon, holders = basis
+        if (horizon is not None and evaluation.at >= horizon) or not _same_holders(holders, now, evaluation):
+            return
+        for name in SCOPED:
+            setattr(evaluation, name, dict(getattr(before, name)))
+        self._scoped_basis = basis
+        self.scoped += 1
 
     def ledger(self, snapshot: Snapshot, at: datetime) -> Ledger:
         quiet = self._moved(snapshot, at)
@@ -163,6 +183,50 @@ class Books:
         self.same_open = True
         self.moved += 1
         return book
+
+
+def _scope_horizon(snapshot: Snapshot, at: datetime) -> datetime | None:
+    """The first instant after ``at`` at which a scope's lottery candidates or releases of ``snapshot`` may change
+    with no object changing: a lease starting or ending, a reported completion passing or coming within the grace
+    (engine/protection.py's FinishingSoon), any protection ending. None: never."""
+    grace = Windows().eta_grace
+    times = [lease.spec.start for lease in snapshot.leases]
+    times += [lease.status.ended for lease in snapshot.leases if lease.status.ended is not None]
+    for run in snapshot.runs:
+        eta = run.status.eta.estimated_completion if run.status.eta is not None else None
+        if eta is not None:
+            times += (eta - grace, eta, eta + grace)
+    times += [p.until for p in protections(snapshot, at, Windows()).values()]
+    return min((t for t in times if t > at), default=None)
+
+
+def _holding(evaluation: Any) -> set[str]:
+    """The Runs that hold open leases at the Evaluation's instant."""
+    evaluation.leases_of("")  # computes the index when it is not yet
+    return {key for key, mine in evaluation._leases_by_run.items() if mine}
+
+
+def _same_holders(holders: dict[str, Run | None], snapshot: Snapshot, evaluation: Any) -> bool:
+    """The Runs holding open leases are those of ``holders`` and hold what a lottery or a release reads as they
+    did (a Run's status written by the reconciler — phase, reason, message — is not read)."""
+    if holders.keys() != _holding(evaluation):
+        return False
+    runs = snapshot.runs_by_key
+    for key, then in holders.items():
+        now = runs.get(key)
+        if now is then:
+            continue
+        if (now is None or then is None or now.spec != then.spec or now.status.eta != then.status.eta
+                or now.status.preemptions != then.status.preemptions or now.finished != then.finished
+                or _meta(now) != _meta(then)):
+            return False
+    return True
+
+
+def _meta(run: Run) -> tuple:
+    """What a Run's metadata says but its resourceVersion (which our own status write moves)."""
+    m = run.metadata
+    return (m.uid, m.generation, m.creation_timestamp, m.deletion_timestamp, m.labels, m.annotations)
 
 
 def _same(a: list[GPULease], b: list[GPULease]) -> bool:

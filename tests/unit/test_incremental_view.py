@@ -234,3 +234,45 @@ def test_the_clock_alone_moves_the_ledger_to_the_second():
         assert books.ledger(snapshot, at) == ledger(snapshot, at), seconds
         assert books.moved - before == (seconds not in (61, 100)), seconds
     assert books.ledger(snapshot, at + timedelta(microseconds=5)) == ledger(snapshot, at + timedelta(microseconds=5))
+
+
+def test_a_scopes_lottery_candidates_and_releases_are_kept_while_what_they_read_is():
+    """A batch after which only Runs that hold nothing changed, or only the status the reconciler writes, keeps
+    the previous Evaluation's lottery candidates and releases (``Books.scoped``); a lease-holding Run's reported
+    completion changing, or the clock reaching the instant that completion comes within the grace, computes them
+    again. Every step's status writes equal those of a fresh Evaluation."""
+    fleet = Fleet(random.Random(0))
+    for o in scale_fleet.fleet(range(2), NOW):
+        fleet.put(o)
+    cache = Cache()
+    for kind in KINDS:
+        cache.replace(kind, [fleet.entry(o) for k, o in fleet.objects.items() if k[0] == kind])
+    books = Books()
+    eta = NOW + timedelta(minutes=30)  # within the 15-minute grace from NOW + 15 min on
+
+    def change(name: str, edit) -> None:
+        o = copy.deepcopy(fleet.objects[("Run", f"team0/{name}")])
+        edit(o)
+        cache.upsert(fleet.entry(fleet.put(o)))
+
+    def step(at: datetime) -> int:
+        snapshot, stored, bad = cache.view()
+        before = books.scoped
+        evaluation = Evaluation(snapshot, at, books)
+        assert status_writes(snapshot, at, stored, None, bad, evaluation) == status_writes(snapshot, at, stored, None,
+                                                                                           bad)
+        assert evaluation._lottery, "the Pending runs' plans read a scope's lottery candidates"
+        return books.scoped - before
+
+    assert step(NOW) == 0  # the first: nothing to keep
+    change("b00-r70", lambda o: o.setdefault("status", {}).update(phase="Succeeded"))  # holds nothing
+    assert step(NOW + timedelta(seconds=1)) == 1
+    change("b00-r00", lambda o: o.setdefault("status", {}).update(phase="Running", message="ours"))  # our echo
+    change("b00-r97", lambda o: o["spec"]["resources"].update(totalGPUs=17))  # Pending: holds nothing
+    assert step(NOW + timedelta(seconds=2)) == 1
+    change("b00-r01", lambda o: o.setdefault("status", {}).update(
+        eta={"estimatedCompletion": scale_fleet.iso(eta), "source": "trainer"}))  # holds leases: a release now
+    assert step(NOW + timedelta(seconds=3)) == 0
+    assert step(NOW + timedelta(minutes=14)) == 1  # nothing changed, no instant crossed
+    assert step(NOW + timedelta(minutes=15)) == 0  # its completion is within the grace: protected from now on
+    assert step(NOW + timedelta(minutes=16)) == 1

@@ -47,7 +47,7 @@ hours (see bench/RESULTS.md, "Fairness simulation"); stepping every 10 s through
 simulated hour. With ``min_gap`` such a loop turns once per ``min_gap``: the *number* of such activations
 scales with it (``--min-gap 60s`` gives four to six times as many), the waits and utilization barely move.
 Each step at instant ``t``: the arrivals and completions
-due at ``t``; ``writes = plan_ledger(snapshot, t, options)``; ``snapshot = apply_writes(snapshot, writes)``; then
+due at ``t``; ``writes = plan_ledger(snapshot, t, options)`` (as the reconciler's loop runs it: ``Keeper``); ``snapshot = apply_writes(snapshot, writes)``; then
 the driver's bookkeeping (which runs started or stopped running, their ETAs). Arrivals stop after ``days``;
 the simulation goes on for at most ``drain`` more (default 3 days) so that the backlog can finish, and stops
 early when every run has finished. ``max_steps`` caps the loop (``Result.capped`` says it was hit).
@@ -82,7 +82,7 @@ from kubectl_runs.engine.lottery import PREEMPTING_KINDS
 from kubectl_runs.engine.packing import group_unit, place
 from kubectl_runs.model import Budget, Eta, Node, Run, Snapshot
 from kubectl_runs.reconciler.actions import Create, PatchStatus
-from kubectl_runs.reconciler.ledger import LedgerOptions, apply_writes, plan_ledger
+from kubectl_runs.reconciler.ledger import Keeper, LedgerOptions, apply_writes
 from kubectl_runs.timeutil import rfc3339
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday; the simulated clock starts here
@@ -444,6 +444,7 @@ class Simulation:
         self.min_gap, self.prune = max(1, min_gap), prune
         self.options = dict(options or {})
         self.ledger_options = ledger_options(options)
+        self.keeper = Keeper(self.ledger_options)  # plan_ledger, each pass starting from the last one's values
         self.horizon = int(days * DAY)
         self.end = self.horizon + int(drain_days * DAY)
         self.arrivals = workload(self.fleet, days, seed, arrivals_per_day)
@@ -508,7 +509,7 @@ class Simulation:
                 snap = _with_runs(snap, changed_runs, new_runs)
 
             # --- the ledger keeper's pass
-            writes = plan_ledger(snap, at, self.ledger_options)
+            writes = self.keeper(snap, at)
             before = snap
             snap = apply_writes(snap, writes)
             total_writes += len(writes)

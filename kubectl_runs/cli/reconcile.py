@@ -260,9 +260,8 @@ def _elector(make_api, namespace: str, name: str, identity: str, log):
 
 def _ledger(windows: dict[str, float]):
     from datetime import timedelta
-    from functools import partial
 
-    from ..reconciler.ledger import LedgerOptions, plan_ledger
+    from ..reconciler.ledger import Keeper, LedgerOptions
 
     options = LedgerOptions(**{name: timedelta(seconds=seconds) for name, seconds in windows.items()})
-    return partial(plan_ledger, options=options)
+    return Keeper(options)  # plan_ledger, each pass starting from what the last one computed when that stands

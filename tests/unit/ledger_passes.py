@@ -31,8 +31,10 @@ def digest(writes) -> str:
     return hashlib.sha256(msgspec.json.encode(writes)).hexdigest()[:20]
 
 
-def passes(case: dict) -> list[list]:
-    """``[pass number, writes, digest]`` of every pass of the simulation ``case`` that wrote something."""
+def passes(case: dict, stats: dict | None = None) -> list[list]:
+    """``[pass number, writes, digest]`` of every pass of the simulation ``case`` that wrote something; ``stats``
+    gets ``passes`` and, when the simulation runs the keeper as the reconciler's loop does (``Keeper``), ``reused``:
+    the passes that started from the previous pass's Evaluation."""
     root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
@@ -40,21 +42,37 @@ def passes(case: dict) -> list[list]:
 
     recorded: list[list] = []
     count = 0
-    real = fairness.plan_ledger
+    stats = {} if stats is None else stats
 
-    def recording(snapshot, at, options=None):
+    def record(writes):
         nonlocal count
         count += 1
-        writes = real(snapshot, at, options)
         if writes:
             recorded.append([count, len(writes), digest(writes)])
         return writes
 
-    fairness.plan_ledger = recording
-    try:
-        fairness.Simulation(**case).run()
-    finally:
-        fairness.plan_ledger = real
+    keeper = getattr(fairness, "Keeper", None)
+    if keeper is not None:  # the loop's keeper (after issue 27)
+        real = keeper.__call__
+
+        def recording(self, snapshot, at):
+            writes = record(real(self, snapshot, at))
+            stats["reused"] = self.memory.reused
+            return writes
+
+        keeper.__call__ = recording
+        try:
+            fairness.Simulation(**case).run()
+        finally:
+            keeper.__call__ = real
+    else:  # the tree the fixture was recorded from
+        real_plan = fairness.plan_ledger
+        fairness.plan_ledger = lambda snapshot, at, options=None: record(real_plan(snapshot, at, options))
+        try:
+            fairness.Simulation(**case).run()
+        finally:
+            fairness.plan_ledger = real_plan
+    stats["passes"] = count
     return recorded
 
 

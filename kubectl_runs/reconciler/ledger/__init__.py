@@ -82,6 +82,7 @@ from .authorize import refuse_unauthorized
 from .close import close_finished
 from .finish import finish_recorded
 from .holdings import authorized
+from .memory import PassMemory
 from .options import (
     ACTIVATED,
     ACTIVE,
@@ -110,14 +111,35 @@ from .writes import Objects, _Objects, apply_writes, merge_patch
 __all__ = [
     "ACTIVATED", "ACTIVE", "APPROVAL_ANNOTATION", "APPROVED", "COMPLETED", "FAILED", "GROUP_LABEL", "GROW",
     "MANAGED_BY", "MANAGED_BY_LABEL", "PENDING", "RELEASED", "ROLE_LABEL", "RUN_DELETED", "RUN_LABEL", "SPARE",
-    "START", "LedgerOptions", "Objects", "PassState", "_Objects", "apply_writes", "authorized", "merge_patch",
-    "plan_ledger", "run_pass", "second",
+    "START", "Keeper", "LedgerOptions", "Objects", "PassMemory", "PassState", "_Objects", "apply_writes",
+    "authorized", "merge_patch", "plan_ledger", "run_pass", "second",
 ]
 
 
 def plan_ledger(snapshot: Snapshot, at: datetime, options: LedgerOptions | None = None) -> list[AnyWrite]:
     """The writes that bring the lease ledger and the Reservations of ``snapshot`` up to date at ``at``."""
     return run_pass(PassState(snapshot, second(at), options or LedgerOptions()))
+
+
+class Keeper:
+    """``plan_ledger`` with the options of ``reconcile --manage-leases``, for a loop that runs one pass after the
+    other: each pass starts from what the previous one computed when that still holds (``memory.PassMemory``).
+    The writes are the very ones ``plan_ledger`` gives (tests/unit/test_ledger_incremental.py)."""
+
+    def __init__(self, options: LedgerOptions | None = None):
+        self.options = options or LedgerOptions()
+        self.memory = PassMemory()
+
+    def __call__(self, snapshot: Snapshot, at: datetime) -> list[AnyWrite]:
+        at = second(at)
+        state = PassState(snapshot, at, self.options, start=self.memory.start(snapshot, at))
+        try:
+            writes = run_pass(state)
+        except BaseException:
+            self.memory.remember(None, True)
+            raise
+        self.memory.remember(state.shared, bool(writes))
+        return writes
 
 
 def run_pass(state: PassState) -> list[AnyWrite]:

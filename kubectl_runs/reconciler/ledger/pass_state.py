@@ -29,10 +29,14 @@ class PassState:
     options: LedgerOptions
     writes: list[AnyWrite] = field(default_factory=list)
     incremental: bool = True
+    start: Evaluation | None = None  # an Evaluation of ``origin`` at ``at`` made already (memory.PassMemory)
 
     def __post_init__(self) -> None:
         self.objects = Objects(self.origin)
-        self._ev: Evaluation | None = None
+        if self.start is not None and (self.start.snapshot is not self.origin or self.start.at != self.at
+                                       or self.start._keeper is None or not self.incremental):
+            raise ValueError("a pass starts only from a kept Evaluation of its own snapshot and instant")
+        self._ev: Evaluation | None = self.start
         self._changes: dict[str, list[tuple]] = {}  # kind -> (before, after) not yet in the Evaluation
         self._busy: dict[str, dict[str, int]] | None = None  # node -> slot -> leases not closed at the instant
         self._names: dict[str, set[str]] | None = None  # namespace -> names of its GPULeases
@@ -62,6 +66,11 @@ class PassState:
             self._ev.advance(snap, leases=changes.get("GPULease", ()), reservations=changes.get("Reservation", ()),
                              runs=changes.get("Run", ()))
         self._changes = {}
+        return self._ev
+
+    @property
+    def shared(self) -> Evaluation | None:
+        """The Evaluation the pass's plans shared (made, or given as ``start``); None when none was needed."""
         return self._ev
 
     def emit(self, write: AnyWrite) -> None:

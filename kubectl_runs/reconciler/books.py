@@ -33,8 +33,8 @@ from ..engine.accounting import (
 )
 from ..engine.findings import Finding
 from ..engine.owners import namespace_owners
-from ..engine.protection import Windows, protections
 from ..model import GPULease, Run, Snapshot
+from .instants import scope_horizon
 
 # engine/evaluation.py's Evaluation values that are functions of the nodes, the open leases and their charges only
 CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_scope_nodes", "_groups",
@@ -97,7 +97,7 @@ class Books:
         if now.reservations is not then.reservations or not (before._lottery or before._releases):
             return
         if basis is None:  # before computed them: from its snapshot, at its instant
-            basis = (_scope_horizon(then, before.at), {key: then.runs_by_key.get(key) for key in _holding(before)})
+            basis = (scope_horizon(then, before.at), {key: then.runs_by_key.get(key) for key in _holding(before)})
         horizon, holders = basis
         if (horizon is not None and evaluation.at >= horizon) or not _same_holders(holders, now, evaluation):
             return
@@ -183,21 +183,6 @@ class Books:
         self.same_open = True
         self.moved += 1
         return book
-
-
-def _scope_horizon(snapshot: Snapshot, at: datetime) -> datetime | None:
-    """The first instant after ``at`` at which a scope's lottery candidates or releases of ``snapshot`` may change
-    with no object changing: a lease starting or ending, a reported completion passing or coming within the grace
-    (engine/protection.py's FinishingSoon), any protection ending. None: never."""
-    grace = Windows().eta_grace
-    times = [lease.spec.start for lease in snapshot.leases]
-    times += [lease.status.ended for lease in snapshot.leases if lease.status.ended is not None]
-    for run in snapshot.runs:
-        eta = run.status.eta.estimated_completion if run.status.eta is not None else None
-        if eta is not None:
-            times += (eta - grace, eta, eta + grace)
-    times += [p.until for p in protections(snapshot, at, Windows()).values()]
-    return min((t for t in times if t > at), default=None)
 
 
 def _holding(evaluation: Any) -> set[str]:

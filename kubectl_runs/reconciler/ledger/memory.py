@@ -26,7 +26,8 @@ from datetime import datetime
 
 from ...engine.evaluation import Evaluation
 from ...model import Snapshot
-from ..books import _holding, _same_holders, _scope_horizon
+from ..books import _holding, _same_holders
+from ..instants import evaluation_horizon
 
 Basis = tuple[datetime | None, dict]  # (the first instant the kept values may change by themselves, holders)
 
@@ -54,7 +55,7 @@ class PassMemory:
                 or snapshot.budgets is not then.budgets or snapshot.reservations is not then.reservations):
             return None
         if basis is None:
-            basis = (_horizon(then, ev.at), {key: then.runs_by_key.get(key) for key in _holding(ev)})
+            basis = (evaluation_horizon(then, ev.at), {key: then.runs_by_key.get(key) for key in _holding(ev)})
         horizon, holders = basis
         if (horizon is not None and at >= horizon) or not _same_holders(holders, snapshot, ev):
             return None
@@ -73,13 +74,6 @@ class PassMemory:
         self._last = (ev, basis)  # remembered again by ``remember`` when this pass writes nothing
         self.reused += 1
         return ev
-
-
-def _horizon(snapshot: Snapshot, at: datetime) -> datetime | None:
-    """``books._scope_horizon`` and the instants an envelope's window opens or closes."""
-    times = [t for _budget, envelope in snapshot.envelopes_by_key.values() for t in (envelope.start, envelope.end)]
-    found = _scope_horizon(snapshot, at)
-    return min([t for t in times if t > at] + ([found] if found is not None else []), default=None)
 
 
 def _whole(ev: Evaluation, at: datetime) -> bool:

@@ -23,7 +23,6 @@ keeper's Reservation decisions are counted when their write succeeds."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import threading
@@ -31,19 +30,18 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
 
 import msgspec
 
 from ..errors import UserError
-from ..model import Reservation, Run, Snapshot
+from ..model import Run, Snapshot
 from ..timeutil import now_utc
-from .actions import AnyWrite, Create, PatchStatus, RecordEvent
+from .actions import AnyWrite, PatchStatus
 from .apply import EXISTS, GONE, OK, Applier, Outcome
 from .books import Books
 from .cache import Cache, Entry, Informer, wait_synced
-from .events import ledger_events
 from .keys import (  # noqa: F401  (changed_keys, expand and the keys: imported from here too)
     ALL,
     ALL_KEY,
@@ -56,10 +54,10 @@ from .keys import (  # noqa: F401  (changed_keys, expand and the keys: imported 
     expand,
 )
 from .ledger import apply_writes
+from .logs import Logger, NullMetrics
 from .queue import WorkQueue, batch_limit
 from .status import (
     BUDGET,
-    STATUS_KINDS,
     BadObject,
     Evaluation,
     ObjKey,
@@ -69,6 +67,7 @@ from .status import (
     status_writes,
 )
 from .throttle import StatusThrottle
+from .writing import KILL_AFTER_ENV, Writer  # noqa: F401  (KILL_AFTER_ENV: imported from here too)
 
 BATCH_LIMIT = 64  # objects evaluated per batch when the queue is short: a resync never holds back a change long
 WRITERS = 4  # status writes in flight at once (independent objects)
@@ -77,50 +76,6 @@ ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
 View = tuple[Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]]  # Cache.view()
 
-# Tests only: "<text>[#n]" kills the process (SIGKILL) right after the n-th write (default 1st) whose cause
-# contains <text> — a crash between two writes, on purpose (tests/integration/test_ledger_live.py).
-KILL_AFTER_ENV = "KUBECTL_RUNS_TEST_KILL_AFTER"
-
-
-# --- logs: one line per action, logfmt on stderr ----------------------------------------------------------
-
-
-def _logfmt_value(value: Any) -> str:
-    text = str(value)
-    if text == "" or any(c in text for c in ' ="\\\n\t'):
-        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return text
-
-
-class Logger:
-    def __init__(self, stream: TextIO | None = None):
-        self.stream = stream or sys.stderr
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: str, level: str = "info", **fields: Any) -> None:
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        parts = [f"time={stamp}", f"level={level}", f"msg={_logfmt_value(msg)}"]
-        parts += [f"{key}={_logfmt_value(value)}" for key, value in fields.items() if value is not None]
-        line = " ".join(parts) + "\n"
-        with self._lock:
-            try:
-                self.stream.write(line)
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass
-
-
-class NullMetrics:
-    """Stands in for reconciler/metrics.py's ReconcilerMetrics when metrics are off."""
-
-    def observe_reconcile(self, seconds: float) -> None: ...
-    def count_write(self, kind: str, action: str, outcome: str) -> None: ...
-    def count_api_error(self, verb: str, resource: str, reason: str) -> None: ...
-    def set_queue_depth(self, depth: int) -> None: ...
-    def count_decision(self, flavor: str, domain: str | None, status: Any) -> None: ...
-    def update_fleet(self, snapshot: Any, at: Any, book: Any = None, phases: Any = None) -> None: ...
-    def set_leader(self, leader: bool) -> None: ...
-    def set_ready(self, ready: bool) -> None: ...
 
 
 # --- the reconciler ---------------------------------------------------------------------------------------
@@ -154,16 +109,14 @@ class Reconciler:
         self._make_api = make_api
         self.api = make_api()
         instance = getattr(elector, "identity", None) or f"{socket.gethostname()}_{os.getpid()}"
-        self.applier = Applier(self.api, self.cache, log=self.log, metrics=self.metrics, elector=elector,
-                               timeout=settings.request_timeout, instance=str(instance))
+        applier = Applier(self.api, self.cache, log=self.log, metrics=self.metrics, elector=elector,
+                          timeout=settings.request_timeout, instance=str(instance))
         self.informers: list[Informer] = []
-        self._said: set[tuple[ObjKey, str]] = set()  # Events recorded for objects without a status we write
         self.batches = 0
         self.resyncs = 0
         self._wake_at: datetime | None = None
-        text, _, nth = os.environ.get(KILL_AFTER_ENV, "").partition("#")
-        self._kill_after = (text, int(nth or 1)) if text else None
         self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="writer")
+        self.writer = Writer(applier, self.cache, self.log, self.metrics, self._pool)
         self.throttle = StatusThrottle(0 if settings.once or settings.dry_run else settings.status_interval,
                                        self.queue.add_after)
         # the last compute(): (snapshot before the ledger's writes, those writes, the Evaluation of the snapshot
@@ -171,6 +124,15 @@ class Reconciler:
         self._evaluated: tuple[Snapshot, list[AnyWrite], Evaluation] | None = None
         self.books = Books()  # each batch's ledger, funding again only the envelopes that changed
         self._listening = False  # until every kind is listed, changes queue nothing: ALL follows the sync
+
+    @property
+    def applier(self) -> Applier:
+        """What makes each write (reconciler/apply.py), the writer's."""
+        return self.writer.applier
+
+    @applier.setter
+    def applier(self, applier: Applier) -> None:
+        self.writer.applier = applier
 
     # --- wiring ---------------------------------------------------------------------------------------------
 
@@ -248,23 +210,6 @@ class Reconciler:
         else:
             self._update_fleet(apply_writes(before, done), at, None, phases)
 
-    def _count_decisions(self, outcomes: list[Outcome]) -> None:
-        """The ledger keeper's Reservation decisions (Activated with its actions, Failed with its reason) whose
-        write succeeded: counted here, once (a pass that finishes a recorded activation writes no decision)."""
-        for outcome in outcomes:
-            write = outcome.write
-            if (outcome.outcome != OK or write.kind != "Reservation" or not isinstance(write, PatchStatus)
-                    or write.status.get("state") not in ("Activated", "Failed")):
-                continue
-            reservation = outcome.answer if isinstance(outcome.answer, Reservation) else \
-                self.cache.view()[0].reservations_by_key.get(write.key)
-            scope = reservation.spec.scope if reservation is not None else None
-            try:
-                self.metrics.count_decision(scope.flavor if scope else "", scope.domain if scope else None,
-                                            write.status)
-            except Exception as exc:  # a metric must never hold up the ledger
-                self.log("metrics failed", level="error", error=f"{type(exc).__name__}: {exc}")
-
     def _schedule_wake_up(self, snapshot: Snapshot, at: datetime) -> None:
         """Look at everything again just after the next instant a fact changes by itself (a window opens, an
         ETA passes, a reservation's earliestStart arrives): such changes come with no event."""
@@ -299,78 +244,6 @@ class Reconciler:
                          error=f"{type(exc).__name__}: {exc}")
                 self.queue.add_rate_limited(key)
         return writes
-
-    def _unsaid(self, writes: list[AnyWrite], bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
-        """Events about objects whose status we do not write are said once per version of the object."""
-        out = []
-        for write in writes:
-            if isinstance(write, RecordEvent) and write.kind not in STATUS_KINDS:
-                key = (write.kind, write.namespace, write.name)
-                version = bad[key].resource_version if key in bad else ""
-                if (key, version) in self._said:
-                    continue
-            out.append(write)
-        return out
-
-    def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
-        """``ordered`` one after the other (the ledger's writes may depend on each other), then
-        ``independent`` (one status write per object) on WRITERS threads."""
-        outcomes = self._in_order(ordered, at)
-        self._count_decisions(outcomes)
-        self._report(outcomes, at)
-        if len(independent) > 1:
-            outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
-        else:
-            outcomes += [self.applier.apply(write, at) for write in independent]
-        for outcome in outcomes:
-            write = outcome.write
-            if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":
-                key = (write.kind, write.namespace, write.name)
-                _snapshot, _stored, bad = self.cache.view()
-                self._said.add((key, bad[key].resource_version if key in bad else ""))
-        return outcomes
-
-    def _in_order(self, writes: list[AnyWrite], at: datetime) -> list[Outcome]:
-        """One after the other; after a status write that is not written, the rest is skipped: the ledger's
-        later writes assume it (a victim's closure its Reservation's recorded decision, a new lease the closures
-        that freed its slots). The next pass computes them again from what was written. A Create that fails only
-        leaves GPUs free, so the writes after it still go out (a namespace that refuses them holds up no other)."""
-        outcomes = []
-        failed: AnyWrite | None = None
-        for write in writes:
-            if failed is not None:
-                outcome = Outcome(write, "skipped", f"{failed.kind} {failed.key} was not written")
-                self.log("write", level="warning", action=type(write).__name__, kind=write.kind,
-                         namespace=write.namespace, name=write.name, outcome=outcome.outcome, cause=write.cause,
-                         detail=outcome.detail)
-                outcomes.append(outcome)
-                continue
-            outcome = self.applier.apply(write, at, echo=True)
-            outcomes.append(outcome)
-            if outcome.outcome not in ("ok", "exists", "gone") and not isinstance(write, Create):
-                failed = write
-            elif self._kill_after is not None and self._kill_after[0] in write.cause:
-                text, left = self._kill_after
-                self._kill_after = (text, left - 1)
-                if left <= 1:
-                    self.log("test hook: killed after this write", level="warning", env=KILL_AFTER_ENV)
-                    os.kill(os.getpid(), signal.SIGKILL)
-        return outcomes
-
-    def _report(self, outcomes: list[Outcome], at: datetime) -> None:
-        """The Events of the ledger's writes that were made (``ok``: not ``exists``/``gone``/failed/skipped),
-        best effort: their outcomes are logged and counted but not returned, so an Event that fails is never
-        retried and never makes the batch fail (a resync would not say it again either: its write is done)."""
-        done = [(o.write, o.answer) for o in outcomes if o.outcome == OK]
-        if not done:
-            return
-        try:
-            events = ledger_events(done, self.cache.view()[0])
-        except Exception as exc:  # a bug here must not touch the ledger
-            self.log("events failed", level="error", error=f"{type(exc).__name__}: {exc}")
-            return
-        for event in events:
-            self.applier.apply(event, at)
 
     def process(self, keys: list[ObjKey]) -> None:
         """Evaluate and write the objects of a batch; groups in it (a flavor, a namespace, everything) are
@@ -428,6 +301,13 @@ class Reconciler:
         elapsed = time.monotonic() - started
         self.metrics.observe_reconcile(elapsed)
         self.metrics.set_queue_depth(self.queue.depth())
+
+    def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
+        """``Writer.apply``: the ledger's writes in order, then the status writes on the writer threads."""
+        return self.writer.apply(ordered, independent, at)
+
+    def _unsaid(self, writes: list[AnyWrite], bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
+        return self.writer.unsaid(writes, bad)
 
     # --- the modes ------------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,6 +71,7 @@ from .writing import KILL_AFTER_ENV, Writer  # noqa: F401  (KILL_AFTER_ENV: impo
 
 BATCH_LIMIT = 64  # objects evaluated per batch when the queue is short: a resync never holds back a change long
 WRITERS = 4  # status writes in flight at once (independent objects)
+STATUS_CHUNK = 64  # objects whose status is computed before their writes go out (the next chunk meanwhile)
 ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
@@ -162,6 +163,15 @@ class Reconciler:
         taken at ``at``, with ``evaluation`` of its snapshot): the ledger keeper's (in the order it gives them)
         and the status writes (one per object, independent of each other). An object whose evaluation fails is
         logged and left out (and retried), never the whole batch."""
+        ledger_writes, chunks = self.compute_chunks(keys, at, view=view, evaluation=evaluation, chunk=0)
+        return ledger_writes, [w for _keys, writes in chunks for w in writes]
+
+    def compute_chunks(self, keys: Iterable[ObjKey] | None, at: datetime, *, view: View | None = None,
+                       evaluation: Evaluation | None = None, chunk: int = STATUS_CHUNK
+                       ) -> tuple[list[AnyWrite], Iterator[tuple[list[ObjKey], list[AnyWrite]]]]:
+        """``compute``, with the status writes as a generator of (objects, their writes), ``chunk`` objects at
+        a time (0: all at once) in key order: the writer threads send one chunk's writes while the next chunk is
+        computed (a batch of 512 objects is ~10 s of writes at the default QPS and ~1 s of plans at 10,000 runs)."""
         snapshot, stored, bad = view if view is not None else self.cache.view()
         objects = set(all_keys(snapshot)) | set(bad) if keys is None else expand(keys, snapshot, bad)[0]
         ledger_writes: list[AnyWrite] = []
@@ -178,10 +188,17 @@ class Reconciler:
             # fail are computed again by the next pass, and the status with them)
             snapshot = apply_writes(snapshot, ledger_writes)
             evaluation = Evaluation(snapshot, at, self.books)
-        writes = self._status(snapshot, at, stored, objects, bad, evaluation)
         self._schedule_wake_up(snapshot, at)
         self._evaluated = (before, ledger_writes, evaluation)
-        return ledger_writes, self._unsaid(writes, bad)
+        ordered = sorted(objects)
+        size = chunk or max(1, len(ordered))
+
+        def chunks() -> Iterator[tuple[list[ObjKey], list[AnyWrite]]]:
+            for start in range(0, len(ordered), size):
+                part = ordered[start:start + size]
+                yield part, self._unsaid(self._status(snapshot, at, stored, set(part), bad, evaluation), bad)
+
+        return ledger_writes, chunks()
 
     def _update_fleet(self, snapshot: Snapshot, at: datetime, book: Any = None,
                       phases: dict[str, str | None] | None = None) -> None:
@@ -279,8 +296,9 @@ class Reconciler:
             outcomes += self.apply([], self._unsaid(self._status(snapshot, at, stored, budgets, bad, evaluation), bad),
                                    at)
             objects = [k for k in objects if k not in budgets]
-        ledger_writes, writes = self.compute(objects, at, view=view, evaluation=evaluation)
-        outcomes += self.apply(ledger_writes, self.throttle.filter(writes, stored, objects), at)
+        ledger_writes, chunks = self.compute_chunks(objects, at, view=view, evaluation=evaluation)
+        outcomes += self.writer.apply_chunks(
+            ledger_writes, (self.throttle.filter(writes, stored, part) for part, writes in chunks), at)
         self._refresh_fleet(at, outcomes)
         for outcome in outcomes:
             write = outcome.write

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -49,13 +50,19 @@ class Writer:
     def apply(self, ordered: list[AnyWrite], independent: list[AnyWrite], at: datetime) -> list[Outcome]:
         """``ordered`` one after the other (the ledger's writes may depend on each other), then
         ``independent`` (one status write per object) on the writer threads (loop.WRITERS)."""
+        return self.apply_chunks(ordered, [independent], at)
+
+    def apply_chunks(self, ordered: list[AnyWrite], chunks: Iterable[list[AnyWrite]], at: datetime) -> list[Outcome]:
+        """``apply``, the independent writes given in chunks: each chunk goes to the writer threads as soon as it
+        is taken, so a generator computes its next chunk while the last one is being written. The outcomes are in
+        the writes' order."""
         outcomes = self._in_order(ordered, at)
         self._count_decisions(outcomes)
         self._report(outcomes, at)
-        if len(independent) > 1:
-            outcomes += list(self._pool.map(lambda w: self.applier.apply(w, at), independent))
-        else:
-            outcomes += [self.applier.apply(write, at) for write in independent]
+        sent = []
+        for chunk in chunks:
+            sent += [self._pool.submit(self.applier.apply, write, at) for write in chunk]
+        outcomes += [future.result() for future in sent]
         for outcome in outcomes:
             write = outcome.write
             if isinstance(write, RecordEvent) and not outcome.retry and outcome.outcome != "skipped":

@@ -28,7 +28,7 @@ from ..model import GPULease, Node, ProtectedEntry, Reservation, Run, Scope, Sna
 from .accounting import LeaseCharge, Ledger, ledger
 from .book import OpenBook
 from .funding import Funding, FundingInputs, FundingState, funding, funding_inputs, state_now
-from .packing import Capacity, capacity, open_leases
+from .packing import Capacity, ScopedNodes, capacity, open_leases, scoped_nodes
 from .protection import Windows, protections
 from .releases import Release, releases
 from .remedies import (
@@ -75,6 +75,7 @@ class Evaluation:
         self._reservations_by_run: dict[str, list[Reservation]] | None = None
         self._free: dict[str, dict[str, int]] = {}
         self._capacity: dict[tuple, Capacity] = {}
+        self._node_lists: dict[tuple[str, str | None], ScopedNodes] = {}  # packing.scoped_nodes: of the nodes alone
         self._state: FundingState | None = None
         self._funding_inputs: dict[tuple[str, str | None], FundingInputs] = {}
         self._scope_nodes: dict[Scope, ScopeNodes] = {}
@@ -163,8 +164,12 @@ class Evaluation:
         key = (flavor, domain, unit, spread)
         found = self._capacity.get(key)
         if found is None:
+            nodes = self._node_lists.get((flavor, domain))
+            if nodes is None:
+                nodes = self._node_lists[(flavor, domain)] = scoped_nodes(self.snapshot, flavor, domain)
             found = self._capacity[key] = capacity(  # with free given, capacity reads no lease
                 self.snapshot, (), flavor, domain=domain, unit=unit, spread=spread, free=self.free(flavor),
+                scoped=nodes,
             )
         return found
 

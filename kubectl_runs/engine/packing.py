@@ -150,6 +150,19 @@ class Capacity:
         return sum(d.nodes for d in self.domains)
 
 
+ScopedNodes = tuple[list[Node], list[Node], list[Node], list[tuple[str, str]]]
+
+
+def scoped_nodes(snapshot: Snapshot, flavor: str, domain: str | None = None) -> ScopedNodes:
+    """What ``capacity`` reads of the nodes: those of ``flavor``, of them those in ``domain`` (any domain when
+    None), of those the schedulable ones, and each schedulable one's (name, domain or NO_DOMAIN). A function of
+    the nodes alone: an Evaluation computes it once per flavor and domain."""
+    of_flavor = [n for n in snapshot.nodes if n.flavor == flavor]
+    in_scope = [n for n in of_flavor if domain is None or n.domain == domain]
+    nodes = [n for n in in_scope if n.schedulable]
+    return of_flavor, in_scope, nodes, [(n.name, n.domain or NO_DOMAIN) for n in nodes]
+
+
 def capacity(
     snapshot: Snapshot,
     leases: Iterable[GPULease],
@@ -159,21 +172,19 @@ def capacity(
     unit: int | None = None,
     spread: bool = True,
     free: Mapping[str, int] | None = None,
+    scoped: ScopedNodes | None = None,
 ) -> Capacity:
     """Free and placeable GPUs of ``flavor`` (in ``domain`` when given) with ``leases`` open (pass the leases
     open at the instant: ``open_leases``). ``unit`` is a group's footprint (``group_unit``). ``free``: free GPUs
     of (at least) every schedulable node of the flavor, ``free_by_node`` of them, when already computed — a
     node's free GPUs depend on that node and the leases alone, so one map serves every domain, unit and spread
     (engine/evaluation.py)."""
-    of_flavor = [n for n in snapshot.nodes if n.flavor == flavor]
-    in_scope = [n for n in of_flavor if domain is None or n.domain == domain]
-    nodes = [n for n in in_scope if n.schedulable]
+    of_flavor, in_scope, nodes, where = scoped if scoped is not None else scoped_nodes(snapshot, flavor, domain)
     free_nodes = free_by_node(nodes, leases) if free is None else free
     free: dict[str, int] = {}
     counts: dict[str, int] = {}
-    for node in nodes:
-        name = node.domain or NO_DOMAIN
-        free[name] = free.get(name, 0) + free_nodes[node.name]
+    for node_name, name in where:
+        free[name] = free.get(name, 0) + free_nodes[node_name]
         counts[name] = counts.get(name, 0) + 1
     total, per_domain = place(free, unit, spread)
     domains = tuple(

@@ -37,7 +37,7 @@ from ..model import GPULease, Run, Snapshot
 from .instants import scope_horizon
 
 # engine/evaluation.py's Evaluation values that are functions of the nodes, the open leases and their charges only
-CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_scope_nodes", "_groups",
+CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_node_lists", "_scope_nodes", "_groups",
            "_held")
 # the values that also read the Runs holding those leases and the clock: a scope's lottery candidates (with the
 # protected Runs left out) and its releases (reported completions)

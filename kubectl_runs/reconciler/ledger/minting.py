@@ -58,14 +58,22 @@ class Minting:
         self.domain_scope = plan.capacity.domain_scope
         # the candidate nodes (packing.candidate_nodes); of those, the ones with a free slot are all that
         # placement can take from or compare (a node without one never fits a group nor gives it a slot)
-        self.candidates: dict[str, Node] = {n.name: n for n in plan.capacity.nodes}
+        self.candidates: dict[str, Node] = {}
         self.all_nodes = snap.nodes_by_name
         busy = owner.busy()  # slots of the leases not closed at the instant
         lost = set(owner.victims.get(run.key, ())) if owner.serving != run.key else set()
         # (what it lost in this pass went to the Run that took it)
         self.free: dict[str, list[int]] = {}
+        self.nodes: list[Node] = []  # the candidates with a free slot, in the plan's order
+        # a candidate whose every slot an open lease holds (the Evaluation's free GPUs, kept up to date as the
+        # pass mints) has no ordinal to give: not looked at slot by slot (most nodes of a busy fleet)
+        full = owner.evaluation().free(flavor) if not lost else {}
         for node in plan.capacity.nodes:
-            name, held = node.name, busy.get(node.name)
+            name = node.name
+            self.candidates[name] = node
+            if full.get(name) == 0:
+                continue
+            held = busy.get(name)
             if held or lost:
                 held = held or {}
                 ordinals = [i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost]
@@ -73,7 +81,7 @@ class Minting:
                 ordinals = list(range(node.gpus))
             if ordinals:
                 self.free[name] = ordinals
-        self.nodes: list[Node] = [n for n in plan.capacity.nodes if n.name in self.free]
+                self.nodes.append(node)
         self.domain_free: dict[str, int] = {}  # free slots by domain, kept as slots are picked
         for node in self.nodes:
             domain = node.domain or NO_DOMAIN

@@ -98,3 +98,49 @@ def test_a_deep_queue_gives_bigger_batches_up_to_the_cap():
     assert batch_limit(0, 64) == batch_limit(64, 64) == batch_limit(512, 64) == 64  # a short queue: the base
     assert batch_limit(2000, 64) == 250  # an eighth of a deep one
     assert batch_limit(10_100, 64) == batch_limit(200_000, 64) == BATCH_CAP == 512  # never more than the cap
+
+
+def test_a_batch_computes_its_next_chunk_of_status_while_the_last_one_is_written():
+    """``Writer.apply_chunks``: the writes of a chunk go to the writer threads as it is taken, so the generator
+    computing the chunks runs on while they are in flight; every outcome comes back, in the writes' order."""
+    import io
+    import threading
+    from datetime import UTC, datetime
+
+    from kubectl_runs.reconciler.actions import PatchStatus
+    from kubectl_runs.reconciler.apply import Outcome
+    from kubectl_runs.reconciler.loop import Logger, Reconciler, Settings
+
+    release = threading.Event()
+    first_in_flight = threading.Event()
+
+    class Slow:
+        def __init__(self):
+            self.counts: dict = {}  # what the loop logs when it stops
+
+        def apply(self, write, at, **_):
+            first_in_flight.set()
+            assert release.wait(10), "the chunks were not all computed while a write was in flight"
+            return Outcome(write, "ok")
+
+    loop = Reconciler(lambda: None, Settings(once=True), log=Logger(io.StringIO()))
+    loop.applier = Slow()
+    writes = [PatchStatus(kind="Run", namespace="ns", name=f"r{i}", status={"phase": "Pending"}, cause="test")
+              for i in range(6)]
+    computed = []
+
+    def chunks():
+        for start in range(0, 6, 2):
+            if start:  # the chunk before this one is being written already
+                assert first_in_flight.wait(10)
+            computed.append(start)
+            yield writes[start:start + 2]
+        release.set()  # every chunk computed while the first writes waited
+
+    try:
+        outcomes = loop.writer.apply_chunks([], chunks(), datetime(2026, 11, 24, tzinfo=UTC))
+    finally:
+        release.set()
+        loop.shutdown()
+    assert computed == [0, 2, 4]
+    assert [o.write for o in outcomes] == writes and {o.outcome for o in outcomes} == {"ok"}

@@ -92,6 +92,7 @@ TARGETS = {  # issue 27's table: (1,000 runs, 10,000 runs)
     "cold": ("≤ 30 s", "≤ 5 min within the default QPS"),
     "idle": ("0", "0"),
     "rss": ("≤ 200 MB", "≤ 1 GB"),
+    "equal": ("every one equal", "same"),
 }
 
 
@@ -644,6 +645,53 @@ def ledger_row(result: dict) -> str:
 # --- one size ----------------------------------------------------------------------------------------------
 
 
+ENVELOPE_FIELDS = ("windowActive", "concurrency", "usedGPUs", "headroomGPUs", "ownedGPUs", "sharedGPUs", "borrowedGPUs",
+                   "unfundedGPUs", "spareGPUs")  # consumedGPUHours is "as of updatedAt": it moves with the clock
+PLAN_FIELDS = ("deficitGPUs", "capacityDeficitGPUs", "fundingDeficitGPUs")
+
+
+def status_vs_reports(cp, work: Path, blocks: int) -> dict:
+    """Every Budget's status against ``budgets usage -o json``, and the status of a sample of Runs (per sampled
+    namespace a Running, a Succeeded and a Pending one) against ``plan NS/NAME -o json`` — the product's commands,
+    on one ``snapshot save`` of the cluster, so status and reports read the same objects."""
+    env = dict(os.environ, KUBECONFIG=cp.admin_kubeconfig)
+    path = work / "converged.json"
+
+    def plugin(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "kubectl_runs", *args], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl runs {' '.join(args)}: {done.stderr.strip()[-500:]}")
+        return done.stdout
+
+    began = time.monotonic()
+    plugin("snapshot", "save", "-f", str(path))
+    items = json.loads(path.read_text())["items"]
+    stored = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o.get("status") or {}
+              for o in items if o["kind"] in ("Budget", "Run")}
+    out = {"envelopes": 0, "runs": 0, "differ": []}
+    for row in json.loads(plugin("budgets", "usage", "--snapshot", str(path), "-o", "json"))["envelopes"]:
+        status = stored.get(("Budget", row["namespace"], row["budget"]), {})
+        mine = next((e for e in status.get("envelopes") or [] if e.get("name") == row["envelope"]), None)
+        out["envelopes"] += 1
+        if mine is None or any(mine.get(f) != row[f] for f in ENVELOPE_FIELDS):
+            out["differ"].append(f"envelope {row['namespace']}/{row['budget']}/{row['envelope']}")
+    for block in sorted({0, blocks // 2, blocks - 1}):
+        ns = scale_fleet.namespace(block)
+        for index in (0, scale_fleet.RUNNING, scale_fleet.RUNNING + scale_fleet.SUCCEEDED):
+            name = scale_fleet.run_name(block, index)
+            plan = json.loads(plugin("plan", f"{ns}/{name}", "--snapshot", str(path), "-o", "json"))
+            mine = stored.get(("Run", ns, name), {}).get("plan") or {}
+            out["runs"] += 1
+            if any(mine.get(f) != plan[f] for f in PLAN_FIELDS) or \
+                    [r.get("code") for r in mine.get("reasons", [])] != [r["code"] for r in plan["reasons"]]:
+                out["differ"].append(f"run {ns}/{name}")
+    out["seconds"] = time.monotonic() - began
+    path.unlink()
+    return out
+
+
+
 def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
     runs = blocks * 100
     out: dict = {"runs": runs, "leases": blocks * 2000, "load_start": load_average()}
@@ -675,6 +723,13 @@ def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
         out["hwm1"] = rec.hwm()
     finally:
         rec.stop()
+    if converged:  # the statuses as the idle reconciler left them, against the reports of the same objects
+        out["equal"] = status_vs_reports(cp, work, blocks)
+        eq = out["equal"]
+        log(f"[{runs:,} runs] status vs reports: {eq['envelopes'] - sum(d.startswith('envelope') for d in eq['differ'])}"
+            f" of {eq['envelopes']} envelopes equal `budgets usage -o json`, "
+            f"{eq['runs'] - sum(d.startswith('run') for d in eq['differ'])} of {eq['runs']} sampled Runs equal "
+            f"`plan -o json` ({eq['seconds']:.0f} s){'; differ: ' + ', '.join(eq['differ'][:5]) if eq['differ'] else ''}")
     # phase 2
     if not args.no_manage_leases and (converged or args.measure_unconverged):
         base = server_writes(cp)
@@ -758,6 +813,15 @@ def cell(r: dict, key: str, args) -> str:
         return (f"**{total(r['idle_writes'])}** ({by_resource(r['idle_writes'])}; start-up pass of the keeper over "
                 f"the converged fleet, {r['restart']:.0f} s"
                 + ("" if r["idle_quiet"] else f": not idle in {args.keeper_cap:g} s, the writes by then") + ")")
+    if key == "equal":
+        eq = r.get("equal")
+        if eq is None:
+            return skipped(r)
+        same = lambda kind: sum(not d.startswith(kind) for d in eq["differ"])  # noqa: E731
+        envelopes = eq["envelopes"] - (len(eq["differ"]) - same("envelope"))
+        runs = eq["runs"] - (len(eq["differ"]) - same("run"))
+        return (f"{envelopes:,} of {eq['envelopes']:,} envelopes = `budgets usage -o json`; {runs} of {eq['runs']} "
+                f"sampled Runs = `plan -o json`" + (f" (differ: {', '.join(eq['differ'][:5])})" if eq["differ"] else ""))
     if key == "rss":
         parts = [f"{r['hwm1']:,} MB (status path)"] if "hwm1" in r else []
         parts += [f"{r['hwm2']:,} MB (--manage-leases)"] if "hwm2" in r else []
@@ -773,6 +837,7 @@ ROWS = (
     ("cold", "cold start: every status written"),
     ("idle", "idle resync writes"),
     ("rss", "RSS (VmHWM)"),
+    ("equal", "status = the reports of the same objects (after the cold start)"),
 )
 
 

@@ -1,8 +1,9 @@
 """List+watch of one kind into a store, for as long as it runs: the one watch implementation, used by the
 reconciler (``reconciler.cache``) and by ``-w/--watch`` on the reports (``cli.watching``).
 
-An informer lists its kind (paginated), remembers the list's resourceVersion, then watches from it with
-``allowWatchBookmarks`` (bookmarks only move the resourceVersion forward). A watch that ends is resumed from the
+An informer lists its kind (paginated; its first list from the API server's watch cache, see ``list_once``),
+remembers the list's resourceVersion, then watches from it with ``allowWatchBookmarks`` (bookmarks only move the
+resourceVersion forward). A watch that ends is resumed from the
 last resourceVersion seen; a 410 Gone (the version is too old, or an ERROR event saying so) starts over with a
 fresh list, whose differences from the store are delivered as changes. Other failures back off exponentially
 and are counted; an informer never gives up (unless told to after some failures).
@@ -165,16 +166,26 @@ class Informer(threading.Thread):
     # --- list ---------------------------------------------------------------------------------------------
 
     def list_once(self) -> None:
-        """List every object (pages of LIST_CHUNK) and replace the store; remember the list's version."""
+        """List every object (pages of LIST_CHUNK) and replace the store; remember the list's version.
+
+        The first list of a watching informer asks for ``resourceVersion=0`` (``resourceVersionMatch=NotOlderThan``),
+        as client-go's reflector does: the API server answers from its watch cache, in one response whatever the
+        limit (200,000 GPULeases: ~6 s instead of ~30 s of etcd pages), and pages from etcd only if it has no watch
+        cache. That list may be a little behind etcd; the watch from its resourceVersion delivers everything since.
+        A relist (after a 410), and the list of an informer that does not watch (``--once``), are consistent reads
+        as before: they never go back in time, and nothing would catch them up."""
         path = self.resource.path(self.namespace)
         entries: list[Any] = []
         token = ""
+        from_cache = self.watch_enabled and self.lists == 0
         while True:
             query: list[tuple[str, Any]] = [("limit", LIST_CHUNK)]
             if self.field_selector:
                 query.append(("fieldSelector", self.field_selector))
             if token:
-                query.append(("continue", token))
+                query.append(("continue", token))  # a continue token carries the list's version: no resourceVersion
+            elif from_cache:
+                query += [("resourceVersion", "0"), ("resourceVersionMatch", "NotOlderThan")]
             try:
                 body = request(self.api, "GET", path, query=query, timeout=(10, 60))
             except ApiError as exc:

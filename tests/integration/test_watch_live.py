@@ -277,3 +277,44 @@ def test_a_410_on_the_real_server_relists_and_delivers_the_state(cp):
     finally:
         stop.set()
         informer.close()
+
+
+def test_the_first_list_from_the_watch_cache_then_the_watch_loses_nothing(cp):
+    """The first list asks for resourceVersion=0 (the API server's watch cache, as client-go's reflector does); a
+    lease created after that list and before the watch opens is delivered by the watch from the list's version."""
+    from kubernetes import client
+
+    from kubectl_runs.sources import Source
+    from kubectl_runs.sources.cluster import RESOURCES, _api_client
+    from kubectl_runs.sources.informer import Informer
+    from kubectl_runs.sources.watchcache import WatchCache
+
+    leases = next(r for r in RESOURCES if r.kind == "GPULease")
+    store = WatchCache(["GPULease"])
+    stop = threading.Event()
+    api = client.ApiClient(_api_client(Source(kubeconfig=cp.admin_kubeconfig)).configuration)
+    queries: list[dict] = []
+    serialize = api.param_serialize
+
+    def recorded(*args, **kwargs):
+        queries.append(dict(kwargs["query_params"]))
+        return serialize(*args, **kwargs)
+
+    api.param_serialize = recorded
+    informer = Informer(leases, store, api, stop, log=lambda msg, **f: None)
+    informer.list_once()
+    assert queries[0]["resourceVersion"] == "0" and queries[0]["resourceVersionMatch"] == "NotOlderThan"
+    listed = {c.key for c in store.changes()}
+    code, body = cp.request("GET", f"/apis/jobtree.dev/v1alpha1/namespaces/{NS}/gpuleases")
+    assert code == 200, body
+    assert listed == {f"{NS}/{item['metadata']['name']}" for item in body["items"]}
+    new_lease(cp, "l-between-list-and-watch", ["w-gpu-2#6"])  # after the list, before the watch
+    informer.start()  # resource_version is set: it watches from the list's version
+    try:
+        wait_for("the lease created in between",
+                 lambda: any(c.key == f"{NS}/l-between-list-and-watch" for c in store.changes()), timeout=10)
+        assert informer.lists == 1
+        assert all("resourceVersionMatch" not in q for q in queries[1:])  # the watch: from the list's version
+    finally:
+        stop.set()
+        informer.close()

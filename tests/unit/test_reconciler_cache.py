@@ -177,12 +177,38 @@ def test_the_informer_lists_watches_with_bookmarks_and_relists_on_410():
     lists = [r for r in api.requests if "watch" not in r]
     watches = [r for r in api.requests if "watch" in r]
     assert [r["limit"] for r in lists] == [500, 500]
+    # the first list from the API server's watch cache (client-go's reflector's); the relist a consistent read
+    assert [(r.get("resourceVersion"), r.get("resourceVersionMatch")) for r in lists] == [("0", "NotOlderThan"),
+                                                                                           (None, None)]
     assert [(w["resourceVersion"], w["allowWatchBookmarks"]) for w in watches] == [("10", "true"), ("20", "true")]
     assert informer.lists == 2
     assert ("relist", {"kind": "Run", "reason": "410 Gone", "detail": "too old resource version: 10 (12)"}) in logged
     assert seen == [(None, "a"), (None, "b"), ("b", "b"), ("a", None), ("b", "b")]
     assert cache.get("Run", "team/b").record.spec.resources.total_gpus == 16
     assert cache.get("Run", "team/a") is None
+
+
+def test_the_first_list_pages_from_version_0_and_a_list_without_a_watch_is_consistent():
+    import threading
+
+    from kubectl_runs.reconciler.cache import Informer
+    from kubectl_runs.sources.cluster import RESOURCES
+
+    run_resource = next(r for r in RESOURCES if r.kind == "Run")
+    page = lambda token, items: (b'{"metadata":{"resourceVersion":"9","continue":"' + token + b'"},"items":['  # noqa: E731
+                                 + b",".join(items) + b"]}")
+    api = ScriptedApi([_Answer(200, page(b"t1", [run_json("a", "5")])), _Answer(200, page(b"", [run_json("b", "6")]))])
+    cache = Cache()
+    Informer(run_resource, cache, api, threading.Event(), log=lambda msg, **f: None).list_once()
+    # a server without a watch cache pages the version-0 list; a continue token carries the version alone
+    assert [{k: v for k, v in r.items() if k not in ("method", "path")} for r in api.requests] == [
+        {"limit": 500, "resourceVersion": "0", "resourceVersionMatch": "NotOlderThan"},
+        {"limit": 500, "continue": "t1"}]
+    assert {e.name for e in cache.entries("Run")} == {"a", "b"}
+    # --once lists without watching: nothing would catch a list from the cache up, so it reads from etcd
+    api = ScriptedApi([_Answer(200, page(b"", [run_json("a", "5")]))])
+    Informer(run_resource, Cache(), api, threading.Event(), log=lambda msg, **f: None, watch=False).list_once()
+    assert "resourceVersion" not in api.requests[0]
 
 
 def test_the_informer_backs_off_on_errors_and_counts_them():

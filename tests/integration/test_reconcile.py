@@ -332,5 +332,19 @@ def test_an_idle_resync_of_1000_runs_writes_nothing(cp, logs):
               f"status PATCHes over 2 idle resyncs: {writes}")
         assert running == 30
         assert writes == {"runs": 0, "budgets": 0, "reservations": 0}
+        # the status the reconciler left is what the reports say of the same objects
+        stored = {e["name"]: e for e in get(cp, f"{API}/namespaces/{FLEET_NS}/budgets/fleet")["status"]["envelopes"]}
+        rows = run_plugin_json(cp, "budgets", "usage", "-n", FLEET_NS, "-o", "json")["envelopes"]
+        assert rows and {r["envelope"] for r in rows} == set(stored)
+        for row in rows:
+            mine = stored[row["envelope"]]
+            for field in ("windowActive", "concurrency", "usedGPUs", "headroomGPUs", "ownedGPUs", "unfundedGPUs"):
+                assert mine[field] == row[field], (field, mine, row)
+        for name in ("r0000", "r0029", "r0030", f"r{FLEET_RUNS - 1:04d}"):  # Running, and Pending beyond the budget
+            plan = run_plugin_json(cp, "plan", f"{FLEET_NS}/{name}", "-o", "json")
+            mine = get(cp, run_path(name, FLEET_NS))["status"]["plan"]
+            for field in ("deficitGPUs", "capacityDeficitGPUs", "fundingDeficitGPUs"):
+                assert mine[field] == plan[field], (name, field, mine, plan)
+            assert [r["code"] for r in mine["reasons"]] == [r["code"] for r in plan["reasons"]], name
     finally:
         assert proc.stop() == 0

@@ -314,7 +314,7 @@ def test_windows_reach_the_ledger_from_the_flags():
     from kubectl_runs.cli.reconcile import _ledger
 
     planner = _ledger({"min_run_time": 0.0, "victim_protection": 60.0, "eta_grace": 1.0})
-    options = planner.keywords["options"]
+    options = planner.options  # ledger.Keeper: the loop's plan_ledger, with its options
     assert (options.min_run_time, options.victim_protection, options.eta_grace) == (
         timedelta(0), timedelta(minutes=1), timedelta(seconds=1))
 

@@ -37,8 +37,8 @@ from ..model import GPULease, Run, Snapshot
 from .instants import scope_horizon
 
 # engine/evaluation.py's Evaluation values that are functions of the nodes, the open leases and their charges only
-CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_node_lists", "_scope_nodes", "_groups",
-           "_held")
+CARRIED = ("_open", "_leases_by_run", "_charges_by_run", "_free", "_slots", "_capacity", "_node_lists", "_scope_nodes",
+           "_groups", "_held")
 # the values that also read the Runs holding those leases and the clock: a scope's lottery candidates (with the
 # protected Runs left out) and its releases (reported completions)
 SCOPED = ("_lottery", "_releases")
@@ -97,9 +97,9 @@ class Books:
         if now.reservations is not then.reservations or not (before._lottery or before._releases):
             return
         if basis is None:  # before computed them: from its snapshot, at its instant
-            basis = (scope_horizon(then, before.at), {key: then.runs_by_key.get(key) for key in _holding(before)})
+            basis = (scope_horizon(then, before.at), {key: then.runs_by_key.get(key) for key in lease_holders(before)})
         horizon, holders = basis
-        if (horizon is not None and evaluation.at >= horizon) or not _same_holders(holders, now, evaluation):
+        if (horizon is not None and evaluation.at >= horizon) or not same_holders(holders, now, evaluation):
             return
         for name in SCOPED:
             setattr(evaluation, name, dict(getattr(before, name)))
@@ -185,16 +185,16 @@ class Books:
         return book
 
 
-def _holding(evaluation: Any) -> set[str]:
+def lease_holders(evaluation: Any) -> set[str]:
     """The Runs that hold open leases at the Evaluation's instant."""
     evaluation.leases_of("")  # computes the index when it is not yet
     return {key for key, mine in evaluation._leases_by_run.items() if mine}
 
 
-def _same_holders(holders: dict[str, Run | None], snapshot: Snapshot, evaluation: Any) -> bool:
+def same_holders(holders: dict[str, Run | None], snapshot: Snapshot, evaluation: Any) -> bool:
     """The Runs holding open leases are those of ``holders`` and hold what a lottery or a release reads as they
     did (a Run's status written by the reconciler — phase, reason, message — is not read)."""
-    if holders.keys() != _holding(evaluation):
+    if holders.keys() != lease_holders(evaluation):
         return False
     runs = snapshot.runs_by_key
     for key, then in holders.items():

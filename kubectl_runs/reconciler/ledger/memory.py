@@ -11,7 +11,7 @@ and instant, when every value it holds is the one a new Evaluation would compute
   none of its objects changed), so the open leases, their funding, free GPUs, lease groups and held GPUs are;
 - the Runs that hold open leases are the same Runs with the same spec, metadata (resourceVersion aside),
   reported completion, preemptions and finished state (what lottery candidates and releases read;
-  ``books._same_holders``); when another Run's reported completion changed, the protections are dropped;
+  ``books.same_holders``); when another Run's reported completion changed, the protections are dropped;
 - no instant passed at which a value changes by itself: a lease starting or ending, an envelope's window
   opening or closing, a reported completion passing or coming within the grace, a protection ending;
 - every open lease and envelope starts on a whole second: moving the ledger adds each active envelope's open
@@ -26,7 +26,7 @@ from datetime import datetime
 
 from ...engine.evaluation import Evaluation
 from ...model import Snapshot
-from ..books import _holding, _same_holders
+from ..books import lease_holders, same_holders
 from ..instants import evaluation_horizon
 
 Basis = tuple[datetime | None, dict]  # (the first instant the kept values may change by themselves, holders)
@@ -55,9 +55,9 @@ class PassMemory:
                 or snapshot.budgets is not then.budgets or snapshot.reservations is not then.reservations):
             return None
         if basis is None:
-            basis = (evaluation_horizon(then, ev.at), {key: then.runs_by_key.get(key) for key in _holding(ev)})
+            basis = (evaluation_horizon(then, ev.at), {key: then.runs_by_key.get(key) for key in lease_holders(ev)})
         horizon, holders = basis
-        if (horizon is not None and at >= horizon) or not _same_holders(holders, snapshot, ev):
+        if (horizon is not None and at >= horizon) or not same_holders(holders, snapshot, ev):
             return None
         book = ev._keeper
         if not _whole(ev, at):

@@ -33,15 +33,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-import msgspec
-
-from ..errors import UserError
 from ..model import Run, Snapshot
 from ..timeutil import now_utc
+from . import modes
 from .actions import AnyWrite, PatchStatus
 from .apply import EXISTS, GONE, OK, Applier, Outcome
 from .books import Books
-from .cache import Cache, Entry, Informer, wait_synced
+from .cache import Cache, Entry, Informer
+from .clients import make_api_factory  # noqa: F401  (the CLI imports it from here)
 from .keys import (  # noqa: F401  (changed_keys, expand and the keys: imported from here too)
     ALL,
     ALL_KEY,
@@ -55,7 +54,8 @@ from .keys import (  # noqa: F401  (changed_keys, expand and the keys: imported 
 )
 from .ledger import apply_writes
 from .logs import Logger, NullMetrics
-from .queue import WorkQueue, batch_limit
+from .modes import ONCE_LIST_ATTEMPTS
+from .queue import WorkQueue
 from .status import (
     BUDGET,
     BadObject,
@@ -69,10 +69,8 @@ from .status import (
 from .throttle import StatusThrottle
 from .writing import KILL_AFTER_ENV, Writer  # noqa: F401  (KILL_AFTER_ENV: imported from here too)
 
-BATCH_LIMIT = 64  # objects evaluated per batch when the queue is short: a resync never holds back a change long
 WRITERS = 4  # status writes in flight at once (independent objects)
 STATUS_CHUNK = 64  # objects whose status is computed before their writes go out (the next chunk meanwhile)
-ONCE_LIST_ATTEMPTS = 4  # --once/--dry-run: tries of each list before giving up (0.5 + 1 + 2 s of backoff)
 
 LedgerPlanner = Callable[[Snapshot, datetime], list[AnyWrite]]
 View = tuple[Snapshot, dict[ObjKey, Stored], dict[ObjKey, BadObject]]  # Cache.view()
@@ -327,97 +325,11 @@ class Reconciler:
     def _unsaid(self, writes: list[AnyWrite], bad: dict[ObjKey, BadObject]) -> list[AnyWrite]:
         return self.writer.unsaid(writes, bad)
 
-    # --- the modes ------------------------------------------------------------------------------------------
-
-    def sync(self) -> bool:
-        """Start the informers and wait until every kind has been listed (False: stopped first)."""
-        once = self.settings.once or self.settings.dry_run
-        self.start_informers(watch=not once)
-        self.log("starting", mode="dry-run" if self.settings.dry_run else "once" if once else "watch",
-                 resyncPeriod=f"{self.settings.resync_period:g}s")
-        if not wait_synced(self.cache, self.stop, informers=self.informers):
-            failed = next((i.failed for i in self.informers if i.failed), "")
-            if failed:
-                raise UserError(f"{failed} (gave up after {ONCE_LIST_ATTEMPTS} tries)")
-            return False
-        self._listening = True  # the keys of what changes from now on (everything is looked at once first)
-        self.log("synced", **{k: v for k, v in self.cache.counts().items()})
-        return True
-
-    def run_once(self) -> int:
-        """--once / --dry-run: one evaluation of everything; --dry-run prints the writes (one JSON document)
-        instead of making them. Exit code 1 when a write still failed after retries."""
-        if not self.sync():
-            return 1
-        at = self.clock()
-        ledger_writes, status = self.compute(None, at)
-        writes = ledger_writes + status
-        if self.settings.dry_run:
-            self.out.write(msgspec.json.encode(writes).decode() + "\n")
-            self.out.flush()
-            self.log("dry-run", writes=len(writes))
-            return 0
-        ordered, independent = ledger_writes, status
-        pending: list[AnyWrite] = []
-        for attempt in range(self.settings.once_attempts):
-            outcomes = self.apply(ordered, independent, at)
-            pending = [o.write for o in outcomes if o.retry]
-            again = {id(w) for w in pending}
-            ordered, independent = [w for w in ordered if id(w) in again], [w for w in independent if id(w) in again]
-            if not pending or self.stop.is_set():
-                break
-            self.stop.wait(min(5.0, 0.2 * 2**attempt))
-        self.log("done", writes=len(writes), failed=len(pending))
-        return 1 if pending else 0
-
-    def run_forever(self) -> int:
-        if not self.sync():
-            return 0
-        self.metrics.set_ready(True)
-        leading = self.elector is None
-        if leading:
-            self.metrics.set_leader(True)  # jobtree_leader: this replica writes (no leader election: always)
-            self.queue.add(ALL_KEY)
-        next_resync = time.monotonic() + self.settings.resync_period
-        while not self.stop.is_set():
-            if self.elector is not None:
-                now_leading = self.elector.is_leader()
-                if now_leading != leading:
-                    leading = now_leading
-                    self.metrics.set_leader(leading)
-                    self.log("leadership", leader=leading)
-                    if leading:
-                        self.queue.add(ALL_KEY)  # a new leader looks at everything once
-                if not leading:
-                    # a standby keeps its cache warm (the informers run) and writes nothing
-                    self.stop.wait(0.2)
-                    if time.monotonic() >= next_resync:
-                        next_resync = time.monotonic() + self.settings.resync_period
-                    continue
-            wait = max(0.0, min(1.0, next_resync - time.monotonic()))
-            batch = self.queue.get_batch(timeout=wait, limit=batch_limit(self.queue.depth(), BATCH_LIMIT))
-            if time.monotonic() >= next_resync:
-                next_resync = time.monotonic() + self.settings.resync_period
-                self.resyncs += 1
-                self.log("resync", number=self.resyncs)
-                self.queue.add(ALL_KEY)
-            if not batch:
-                continue
-            try:
-                self.process(batch)
-            except Exception as exc:  # a bug must not end the loop
-                self.log("batch failed", level="error", error=f"{type(exc).__name__}: {exc}")
-                for key in batch:
-                    self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(batch)
-        return 0
-
     def run(self) -> int:
         try:
             if self.settings.once or self.settings.dry_run:
-                return self.run_once()
-            return self.run_forever()
+                return modes.run_once(self)
+            return modes.run_forever(self)
         finally:
             self.shutdown()
 
@@ -429,19 +341,3 @@ class Reconciler:
         for informer in self.informers:
             informer.close()
         self.log("stopped", batches=self.batches, **{f"writes_{k}": v for k, v in sorted(self.applier.counts.items())})
-
-
-def make_api_factory(source: Any, pool_size: int = 8) -> Callable[[], Any]:
-    """ApiClients built from kubeconfig (sources.cluster), sharing one Configuration: one per informer (each
-    holds a watch open) and one for the writes."""
-    from ..sources.cluster import _api_client
-
-    configuration = _api_client(source).configuration
-    configuration.connection_pool_maxsize = pool_size
-
-    def make() -> Any:
-        from kubernetes import client
-
-        return client.ApiClient(configuration)
-
-    return make

@@ -10,7 +10,7 @@ everything (start-up, periodic resync, leadership gained). A burst of a thousand
 one key, one evaluation.
 
 Nothing is written before every kind has been listed once. With ``--manage-leases`` the ledger keeper's writes
-(``ledger(snapshot, at)``, reconciler/ledger.py) are computed with the status writes of each batch; the seam is
+(``ledger(snapshot, at)``, reconciler/ledger/) are computed with the status writes of each batch; the seam is
 ``Reconciler.ledger``. The ledger's writes that were made are told as events.k8s.io/v1 Events
 (reconciler/events.py) right after them, best effort: an Event that cannot be written is logged and counted,
 never retried and never holds up a write.
@@ -99,7 +99,7 @@ class Reconciler:
         self.log = log or Logger()
         self.metrics = metrics or NullMetrics()
         self.elector = elector
-        self.ledger = ledger  # reconciler/ledger.py's planner, with --manage-leases
+        self.ledger = ledger  # the ledger keeper (reconciler/ledger/), with --manage-leases
         self.clock = clock
         self.out = out or sys.stdout
         self.stop = threading.Event()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from ..model import Budget, GPULease, Snapshot
+from ..model import Budget, Envelope, GPULease, Snapshot
 from .accounting import (
     EnvelopeKey,
     EnvelopeUsage,
@@ -58,6 +58,9 @@ class OpenBook:
         self.aggregates: dict[int, list] = {}
         self.unbound = unbound_findings(owners)
         self.ledger = Ledger(at=at, owners=owners, envelopes={}, aggregates=[], charges={}, findings=[])
+        self._last: dict[EnvelopeKey, tuple | None] = {}  # each envelope's last lease in funding order
+        self._capped: set[BudgetKey] = {(b.metadata.namespace, b.metadata.name) for b in self.budgets
+                                         if b.spec.aggregate_caps}
         self._open(leases)
         for key in self.envelopes_by_key:
             self._fund(key)
@@ -67,7 +70,12 @@ class OpenBook:
 
     def change(self, opened: Iterable[GPULease] = (), closed: Iterable[GPULease] = ()) -> set[EnvelopeKey]:
         """``closed`` are open no longer, ``opened`` are (leases open at ``at``; a lease changed in place is in
-        both). Returns the envelopes funded again: every lease charged to one of them may have a new charge."""
+        both). Returns the envelopes funded again: every lease charged to one of them may have a new charge.
+
+        Leases that only open, in a Budget without aggregate caps, after every lease of their envelope in
+        funding order (what minting does: a new lease starts at the instant) are funded where the walk ended:
+        the walk is in that order, so the charges before them stay as they are and the envelope is not funded
+        again (nor returned)."""
         charges = self.ledger.charges
         touched: set[BudgetKey] = set()
         for lease in closed:
@@ -77,10 +85,25 @@ class OpenBook:
             if key in self.by_envelope:
                 self.by_envelope[key].pop(lease.key, None)
                 touched.add(key[:2])
+        closing = set(touched)
         opened = list(opened)
         self._open(opened)
-        touched.update(key[:2] for key in map(payer_key, opened) if key in self.by_envelope)
-        refunded = {key for key in self.envelopes_by_key if key[:2] in touched}
+        appended: dict[EnvelopeKey, list[GPULease]] = {}
+        for lease in opened:
+            key = payer_key(lease)
+            if key in self.by_envelope and lease.spec.start <= self.at:
+                appended.setdefault(key, []).append(lease)
+                touched.add(key[:2])
+        # a Budget is funded again whole unless every envelope of it that a lease opened in can go on from its end
+        whole = closing | self._capped
+        for key, leases in appended.items():
+            last = self._last.get(key)
+            if last is not None and min(map(_funding_order, leases)) <= last:
+                whole.add(key[:2])
+        for key, leases in appended.items():
+            if key[:2] not in whole:
+                self._extend(key, leases)
+        refunded = {key for key in self.envelopes_by_key if key[:2] in touched and key[:2] in whole}
         for key in self.envelopes_by_key:  # in the ledger's order
             if key in refunded:
                 self._fund(key)
@@ -108,24 +131,38 @@ class OpenBook:
 
     def _fund(self, key: EnvelopeKey) -> None:
         budget, envelope = self.envelopes_by_key[key]
-        at = self.at
-        usage = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(at))
-        lo_window, hi_window = envelope.start, min(envelope.end, at)
-        consumed = 0.0
+        usage = EnvelopeUsage(budget=budget, envelope=envelope, window_active=envelope.window_contains(self.at))
         leases = list(self.by_envelope[key].values())
-        for lease in leases:  # as ledger sums them: an open lease counts up to at
+        usage.consumed_seconds = self._consumed(envelope, leases, 0.0)
+        found: list[Finding] = []
+        leases.sort(key=_funding_order)
+        _fund(usage, leases, self.ledger.owners, self.ledger.charges, found)
+        self.ledger.envelopes[key] = usage
+        self.envelope_findings[key] = found
+        self._last[key] = _funding_order(leases[-1]) if leases else None
+
+    def _extend(self, key: EnvelopeKey, leases: list[GPULease]) -> None:
+        """Fund ``leases`` (in ``by_envelope`` already, after every other lease of the envelope in funding
+        order) where the envelope's walk ended: what ``_fund`` of the whole envelope would give them."""
+        usage = self.ledger.envelopes[key]
+        usage.consumed_seconds = self._consumed(usage.envelope, leases, usage.consumed_seconds)  # dict order
+        ordered = sorted(leases, key=_funding_order)
+        _fund(usage, ordered, self.ledger.owners, self.ledger.charges, self.envelope_findings[key])
+        self._last[key] = _funding_order(ordered[-1])
+
+    def _consumed(self, envelope: Envelope, leases: Iterable[GPULease], consumed: float) -> float:
+        """``consumed`` plus the GPU-seconds ``leases`` used in the envelope's window, as ledger sums them (an
+        open lease counts up to at), one lease after the other."""
+        at = self.at
+        lo_window, hi_window = envelope.start, min(envelope.end, at)
+        for lease in leases:
             status = lease.status
             end = status.ended if status.closed and status.ended is not None and status.ended < at else at
             lo = lease.spec.start if lease.spec.start > lo_window else lo_window
             hi = end if end < hi_window else hi_window
             if hi > lo:
                 consumed += (hi - lo).total_seconds() * len(lease.spec.slice.slots)
-        usage.consumed_seconds = consumed
-        found: list[Finding] = []
-        leases.sort(key=_funding_order)
-        _fund(usage, leases, self.ledger.owners, self.ledger.charges, found)
-        self.ledger.envelopes[key] = usage
-        self.envelope_findings[key] = found
+        return consumed
 
     def _caps(self, index: int) -> None:
         found: list[Finding] = []

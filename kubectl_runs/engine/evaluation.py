@@ -28,7 +28,16 @@ from ..model import GPULease, Node, ProtectedEntry, Reservation, Run, Scope, Sna
 from .accounting import LeaseCharge, Ledger, ledger
 from .book import OpenBook
 from .funding import Funding, FundingInputs, FundingState, funding, funding_inputs, state_now
-from .packing import Capacity, ScopedNodes, capacity, open_leases, scoped_nodes
+from .packing import (
+    NO_DOMAIN,
+    Capacity,
+    DomainSums,
+    ScopedNodes,
+    capacity,
+    domain_sums,
+    open_leases,
+    scoped_nodes,
+)
 from .protection import Windows, protections
 from .releases import Release, releases
 from .remedies import (
@@ -86,6 +95,8 @@ class Evaluation:
         self._lottery: dict[Scope, tuple[RemedyCandidates, tuple[ProtectedEntry, ...]]] = {}
         self._keeper: OpenBook | None = None
         self._slots: dict[str, dict[str, int]] = {}  # node of a flavor in _free -> its valid slots held (count)
+        self._sums: dict[tuple[str, str | None], DomainSums] = {}  # capacity's free GPUs and nodes by domain
+        self._open_nodes: dict[str, dict[str, Node]] = {}  # flavor -> its schedulable nodes with a free GPU
 
     @classmethod
     def kept(cls, snapshot: Snapshot, at: datetime) -> Evaluation:
@@ -167,10 +178,21 @@ class Evaluation:
             nodes = self._node_lists.get((flavor, domain))
             if nodes is None:
                 nodes = self._node_lists[(flavor, domain)] = scoped_nodes(self.snapshot, flavor, domain)
-            found = self._capacity[key] = capacity(  # with free given, capacity reads no lease
-                self.snapshot, (), flavor, domain=domain, unit=unit, spread=spread, free=self.free(flavor),
-                scoped=nodes,
+            sums = self._sums.get((flavor, domain))
+            if sums is None:
+                sums = self._sums[(flavor, domain)] = domain_sums(nodes[3], self.free(flavor))
+            found = self._capacity[key] = capacity(  # with the sums given, capacity reads no lease
+                self.snapshot, (), flavor, domain=domain, unit=unit, spread=spread, scoped=nodes, sums=sums,
             )
+        return found
+
+    def open_nodes(self, flavor: str) -> dict[str, Node]:
+        """The schedulable nodes of ``flavor`` with a free GPU (``free``), by name, in snapshot order."""
+        found = self._open_nodes.get(flavor)
+        if found is None:
+            by_name = self.snapshot.nodes_by_name
+            found = self._open_nodes[flavor] = {name: by_name[name] for name, gpus in self.free(flavor).items()
+                                                if gpus}
         return found
 
     # --- funding -------------------------------------------------------------------------------------------------
@@ -338,10 +360,25 @@ class Evaluation:
         flavors = {nodes[name].flavor for name in moved}
         for flavor in flavors & set(self._free):
             free = self._free[flavor]
+            sums = [(domain, found[0]) for (of, domain), found in self._sums.items() if of == flavor]
+            open_nodes = self._open_nodes.get(flavor)
             for name in moved:
                 if name in free:
                     node = nodes[name]
-                    free[name] = 0 if node.out_of_service else max(0, node.gpus - len(self._slots.get(name, ())))
+                    was = free[name]
+                    now = free[name] = 0 if node.out_of_service else max(0, node.gpus - len(self._slots.get(name, ())))
+                    if now == was:
+                        continue
+                    for domain, by_domain in sums:  # packing.domain_sums of the nodes in scope
+                        if domain is None or node.domain == domain:
+                            by_domain[node.domain or NO_DOMAIN] += now - was
+                    if open_nodes is None:
+                        continue
+                    if not now:
+                        open_nodes.pop(name, None)
+                    elif not was:  # back among them, in snapshot order: listed again when asked
+                        self._open_nodes.pop(flavor, None)
+                        open_nodes = None
         return flavors
 
     def _forget_protections(self) -> None:

@@ -163,6 +163,20 @@ def scoped_nodes(snapshot: Snapshot, flavor: str, domain: str | None = None) -> 
     return of_flavor, in_scope, nodes, [(n.name, n.domain or NO_DOMAIN) for n in nodes]
 
 
+DomainSums = tuple[dict[str, int], dict[str, int]]  # free GPUs by domain, schedulable nodes by domain
+
+
+def domain_sums(where: Iterable[tuple[str, str]], free_nodes: Mapping[str, int]) -> DomainSums:
+    """The free GPUs and the nodes of each domain, of the schedulable nodes ``where`` ((name, domain) pairs,
+    ``scoped_nodes``) with ``free_nodes`` free GPUs each; in the order the domains first appear."""
+    free: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for node_name, name in where:
+        free[name] = free.get(name, 0) + free_nodes[node_name]
+        counts[name] = counts.get(name, 0) + 1
+    return free, counts
+
+
 def capacity(
     snapshot: Snapshot,
     leases: Iterable[GPULease],
@@ -173,19 +187,18 @@ def capacity(
     spread: bool = True,
     free: Mapping[str, int] | None = None,
     scoped: ScopedNodes | None = None,
+    sums: DomainSums | None = None,
 ) -> Capacity:
     """Free and placeable GPUs of ``flavor`` (in ``domain`` when given) with ``leases`` open (pass the leases
     open at the instant: ``open_leases``). ``unit`` is a group's footprint (``group_unit``). ``free``: free GPUs
     of (at least) every schedulable node of the flavor, ``free_by_node`` of them, when already computed — a
     node's free GPUs depend on that node and the leases alone, so one map serves every domain, unit and spread
-    (engine/evaluation.py)."""
+    (engine/evaluation.py). ``sums``: ``domain_sums`` of those, when already computed (an Evaluation keeps them
+    up to date as leases open and close)."""
     of_flavor, in_scope, nodes, where = scoped if scoped is not None else scoped_nodes(snapshot, flavor, domain)
-    free_nodes = free_by_node(nodes, leases) if free is None else free
-    free: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for node_name, name in where:
-        free[name] = free.get(name, 0) + free_nodes[node_name]
-        counts[name] = counts.get(name, 0) + 1
+    if sums is None:
+        sums = domain_sums(where, free_by_node(nodes, leases) if free is None else free)
+    free, counts = sums
     total, per_domain = place(free, unit, spread)
     domains = tuple(
         DomainCapacity(domain=name, nodes=counts[name], free=free[name], placeable=p, groups=g)

@@ -95,6 +95,7 @@ def _touch(ev: Evaluation, snap: Snapshot) -> None:
     ev.book  # noqa: B018
     for scope in _scopes(snap):
         ev.free(scope.flavor)
+        ev.open_nodes(scope.flavor)
         ev.capacity(scope.flavor, domain=scope.domain, unit=4, spread=False)
         ev.remedy_candidates(scope)
         ev.lottery_candidates(scope)
@@ -124,6 +125,7 @@ def _served(ev: Evaluation, snap: Snapshot, *, reference: bool = False) -> dict:
     }
     for scope in _scopes(snap):
         out[f"free {scope}"] = ev.free(scope.flavor)
+        out[f"open nodes {scope}"] = list(ev.open_nodes(scope.flavor))
         for unit, spread in ((None, True), (4, False), (5, True)):
             out[f"capacity {scope} {unit} {spread}"] = ev.capacity(scope.flavor, domain=scope.domain, unit=unit,
                                                                    spread=spread)
@@ -159,3 +161,24 @@ def test_an_advanced_evaluation_serves_what_a_new_one_serves(snap):
         view = objects.snapshot
         ev.advance(view, **{kind: [change]})
         assert _served(ev, view) == _served(Evaluation(view, NOW), view, reference=True), write.cause
+
+
+# --- the pass's view after each write is the snapshot of its objects --------------------------------------------
+
+
+@settings(PROPERTIES, max_examples=60)
+@given(fleets())
+def test_the_view_after_each_write_is_the_snapshot_of_the_objects_written(snap):
+    """``Objects.snapshot`` shares the last view's tuples and indexes, and puts the leases minted since at the end
+    of its tuple: each view must still be what a new Snapshot of the same objects holds."""
+    writes = plan_ledger(snap, NOW)
+    objects = Objects(snap)
+    for write in writes:
+        objects.apply(write)
+        view = objects.snapshot
+        fresh = Snapshot(nodes=snap.nodes, budgets=snap.budgets, runs=tuple(objects.by_kind["Run"].values()),
+                         reservations=tuple(objects.by_kind["Reservation"].values()),
+                         leases=tuple(objects.by_kind["GPULease"].values()))
+        for field in ("runs", "reservations", "leases", "runs_by_key", "reservations_by_key", "leases_by_key",
+                      "leases_by_run"):
+            assert getattr(view, field) == getattr(fresh, field), (field, write.cause)

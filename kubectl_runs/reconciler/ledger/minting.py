@@ -56,23 +56,27 @@ class Minting:
         flavor = run.spec.resources.gpu_type
         self.flavor = flavor
         self.domain_scope = plan.capacity.domain_scope
-        # the candidate nodes (packing.candidate_nodes); of those, the ones with a free slot are all that
-        # placement can take from or compare (a node without one never fits a group nor gives it a slot)
-        self.candidates: dict[str, Node] = {}
+        # the candidate nodes (plan.capacity.nodes: the flavor's schedulable nodes in the plan's domain scope); of
+        # those, the ones with a free slot are all that placement can take from or compare (a node without one
+        # never fits a group nor gives it a slot)
+        self._candidates: dict[str, Node] | None = None  # by name, when asked (_candidate)
         self.all_nodes = snap.nodes_by_name
         busy = owner.busy()  # slots of the leases not closed at the instant
         lost = set(owner.victims.get(run.key, ())) if owner.serving != run.key else set()
         # (what it lost in this pass went to the Run that took it)
         self.free: dict[str, list[int]] = {}
         self.nodes: list[Node] = []  # the candidates with a free slot, in the plan's order
-        # a candidate whose every slot an open lease holds (the Evaluation's free GPUs, kept up to date as the
-        # pass mints) has no ordinal to give: not looked at slot by slot (most nodes of a busy fleet)
-        full = owner.evaluation().free(flavor) if not lost else {}
-        for node in plan.capacity.nodes:
+        if lost:
+            looked_at = plan.capacity.nodes
+        else:
+            # a candidate whose every slot an open lease holds (the Evaluation's free GPUs, kept up to date as the
+            # pass mints) has no ordinal to give: only the others are looked at slot by slot (most nodes of a busy
+            # fleet are full)
+            scope = self.domain_scope
+            looked_at = [n for n in owner.evaluation().open_nodes(flavor).values()
+                         if scope is None or n.domain == scope]
+        for node in looked_at:
             name = node.name
-            self.candidates[name] = node
-            if full.get(name) == 0:
-                continue
             held = busy.get(name)
             if held or lost:
                 held = held or {}
@@ -82,10 +86,12 @@ class Minting:
             if ordinals:
                 self.free[name] = ordinals
                 self.nodes.append(node)
-        self.domain_free: dict[str, int] = {}  # free slots by domain, kept as slots are picked
+        self.by_domain: dict[str, list[Node]] = {}  # self.nodes by domain (NO_DOMAIN for none), in their order
         for node in self.nodes:
-            domain = node.domain or NO_DOMAIN
-            self.domain_free[domain] = self.domain_free.get(domain, 0) + len(self.free[node.name])
+            self.by_domain.setdefault(node.domain or NO_DOMAIN, []).append(node)
+        self.domain_free: dict[str, int] = {}  # free slots by domain, kept as slots are picked
+        for domain, nodes in self.by_domain.items():
+            self.domain_free[domain] = sum(len(self.free[node.name]) for node in nodes)
         locality = run.spec.locality
         self.group_gpus = locality.group_gpus if locality else None
         self.spread = locality.allow_cross_group_spread if locality else True
@@ -114,6 +120,12 @@ class Minting:
                 self.reserved_domain = r.spec.scope.domain
 
     # --- domains and nodes -------------------------------------------------------------------------------------
+
+    def _candidate(self, name: str) -> Node | None:
+        """The candidate node ``name`` (free slots or not), None when it is not one."""
+        if self._candidates is None:
+            self._candidates = {node.name: node for node in self.plan.capacity.nodes}
+        return self._candidates.get(name)
 
     def _domain_of(self, name: str) -> str:
         node = self.all_nodes.get(name)
@@ -155,13 +167,12 @@ class Minting:
     def _pick(self, group: int, count: int, domain: str | None) -> list[str] | None:
         """``count`` free slots for ``group`` (in ``domain`` when given): the group's own nodes first, else the
         tightest single node, else the nodes with the most free GPUs; ordinals ascending."""
-        def in_domain(node: Node) -> bool:
-            return domain is None or (node.domain or NO_DOMAIN) == domain
-
         own = {node_of(s) for s in self.group_slots.get(group, ())}
-        mine = sorted((self.candidates[x] for x in own if x in self.candidates and in_domain(self.candidates[x])),
+        mine = sorted((node for node in map(self._candidate, own)
+                       if node is not None and (domain is None or (node.domain or NO_DOMAIN) == domain)),
                       key=lambda n: n.name)  # free slots or not: the group's own nodes come first
-        others = [n for n in self.nodes if n.name not in own and in_domain(n)]
+        pool = self.nodes if domain is None else self.by_domain.get(domain, ())
+        others = [n for n in pool if n.name not in own] if own else list(pool)
         free = self.free
         if not mine:
             fitting = [n for n in others if len(free[n.name]) >= count]
@@ -180,7 +191,7 @@ class Minting:
         for slot in picked:
             name, _, ordinal = slot.rpartition("#")
             free[name].remove(int(ordinal))
-            node_domain = self.candidates[name].domain or NO_DOMAIN
+            node_domain = self.all_nodes[name].domain or NO_DOMAIN
             self.domain_free[node_domain] -= 1
         self.group_slots.setdefault(group, []).extend(picked)
         return picked

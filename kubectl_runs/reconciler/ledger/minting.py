@@ -77,12 +77,11 @@ class Minting:
                          if scope is None or n.domain == scope]
         for node in looked_at:
             name = node.name
-            held = busy.get(name)
-            if held or lost:
-                held = held or {}
+            if lost:
+                held = busy.get(name) or {}
                 ordinals = [i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost]
             else:
-                ordinals = list(range(node.gpus))
+                ordinals = list(owner.free_ordinals(node))
             if ordinals:
                 self.free[name] = ordinals
                 self.nodes.append(node)
@@ -149,20 +148,22 @@ class Minting:
         if held:
             return self._domain_of(node_of(held[0]))
         free = self._domain_free()
-        by_free = sorted(free, key=lambda d: (-free[d], d))
+        # the domain with the most free GPUs (then by name): whether a domain fits grows with its free GPUs, so
+        # the first that fits in that order is this one or none
+        top = min(free, key=lambda d: (-free[d], d), default=None)
         if not self.spread and self.group_gpus:
             mine = self._run_domains()
             if mine:
                 return mine[0] if free.get(mine[0], 0) >= size else None
             unit = self.unit or size
-            fits = [d for d in by_free if free[d] // unit >= groups_left]
-            preferred = [d for d in ([self.reserved_domain] if self.reserved_domain else []) if d in fits]
-            return (preferred + fits + [None])[0]
-        order = []
-        for d in [*self._run_domains(), *([self.reserved_domain] if self.reserved_domain else []), *by_free]:
-            if d not in order:
-                order.append(d)
-        return next((d for d in order if free.get(d, 0) >= size), None)
+            if top is None or free[top] // unit < groups_left:
+                return None
+            reserved = self.reserved_domain
+            return reserved if reserved and free.get(reserved, 0) // unit >= groups_left else top
+        for d in [*self._run_domains(), *([self.reserved_domain] if self.reserved_domain else [])]:
+            if free.get(d, 0) >= size:
+                return d
+        return top if top is not None and free[top] >= size else None
 
     def _pick(self, group: int, count: int, domain: str | None) -> list[str] | None:
         """``count`` free slots for ``group`` (in ``domain`` when given): the group's own nodes first, else the

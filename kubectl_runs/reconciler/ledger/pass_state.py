@@ -16,7 +16,7 @@ from datetime import datetime
 
 from ...engine.evaluation import Evaluation
 from ...engine.plan import open_ledger
-from ...model import GPULease, Reservation, Snapshot
+from ...model import GPULease, Node, Reservation, Snapshot
 from ..actions import AnyWrite, PatchStatus
 from .options import LedgerOptions
 from .writes import Objects
@@ -40,6 +40,7 @@ class PassState:
         self._changes: dict[str, list[tuple]] = {}  # kind -> (before, after) not yet in the Evaluation
         self._busy: dict[str, dict[str, int]] | None = None  # node -> slot -> leases not closed at the instant
         self._names: dict[str, set[str]] | None = None  # namespace -> names of its GPULeases
+        self._ordinals: dict[str, tuple[int, ...]] = {}  # node -> its ordinals free of _busy (free_ordinals)
         self.waiting: tuple | None = None  # (view, keys of runs with a Pending Reservation)
         self.victims: dict[str, set[str]] = {}  # run -> slots it lost to an activation at this instant
         self.serving: str | None = None  # the run an activation is admitting right now
@@ -103,6 +104,15 @@ class PassState:
                     self._count(lease, 1)
         return self._busy
 
+    def free_ordinals(self, node: Node) -> tuple[int, ...]:
+        """The ordinals of ``node`` that no lease not closed at the instant holds (``busy``), ascending."""
+        found = self._ordinals.get(node.name)
+        if found is None:
+            held = self.busy().get(node.name) or {}
+            name = node.name
+            found = self._ordinals[name] = tuple(i for i in range(node.gpus) if f"{name}#{i}" not in held)
+        return found
+
     def lease_names(self, namespace: str) -> set[str]:
         """The names of the GPULeases of ``namespace`` (any state)."""
         if self._names is None:
@@ -117,7 +127,9 @@ class PassState:
 
     def _count(self, lease: GPULease, sign: int) -> None:
         for slot in lease.spec.slice.slots:
-            held = self._busy.setdefault(slot.rpartition("#")[0], {})
+            node = slot.rpartition("#")[0]
+            self._ordinals.pop(node, None)
+            held = self._busy.setdefault(node, {})
             held[slot] = held.get(slot, 0) + sign
             if not held[slot]:
                 del held[slot]

@@ -7,7 +7,9 @@ same envelopes' usage, charges, aggregate caps and findings — keeping it by en
 takes leases that opened and leases that closed: a lease's charge depends on the leases before it in its
 envelope's funding order and on its Budget's aggregate caps, so every envelope of the Budgets a change touches
 is funded again from its open leases (``accounting._fund``, ``accounting.apply_budget_caps``, the very steps
-of ``accounting.ledger``), and nothing else moves. One difference, by design: ``charges`` keeps a lease's
+of ``accounting.ledger``), and nothing else moves — but leases that only open, after every lease of their
+envelope in funding order, in a Budget without aggregate caps (a lease minted at the instant), are funded where
+the envelope's walk ended: the charges before them cannot move. One difference, by design: ``charges`` keeps a lease's
 place when it is funded again and puts a new lease last, where ``ledger`` groups them by envelope; nothing
 that plans reads it in order (it is looked up, summed or sorted). Pure: ``at`` is an argument.
 """

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import http.client
 import json
 import os
 import platform
@@ -67,21 +66,19 @@ import tempfile
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 
+from bulk_load import Loader  # noqa: E402
 from controlplane import ControlPlane, _die_with_parent  # noqa: E402
 
 from bench import scale_fleet  # noqa: E402
 from bench.bench_reconcile import minus, server_writes  # noqa: E402
 
 API = "/apis/jobtree.dev/v1alpha1"
-PLURALS = {"Budget": "budgets", "Run": "runs", "Reservation": "reservations", "GPULease": "gpuleases"}
 NOW = datetime.now(UTC).replace(microsecond=0)
 PROBE_GPUS = 4
 TARGETS = {  # issue 27's table: (1,000 runs, 10,000 runs)
@@ -102,131 +99,6 @@ def log(text: str) -> None:
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-# --- loading a big fleet fast: keep-alive HTTPS connections, one per thread ---------------------------------
-
-
-class Loader:
-    """Creates objects (then writes their status) over persistent connections: urllib's one TLS handshake per
-    request caps issue 12's loader at ~100 objects/s, far too slow for 230,000 objects."""
-
-    def __init__(self, cp, threads: int = 24):
-        url = urlparse(cp.server)
-        self.host, self.port = url.hostname, url.port
-        self.ctx = cp._ssl_context()
-        self.token = cp.tokens["admin"]
-        self.threads = threads
-        self.local = threading.local()
-
-    def _conn(self) -> http.client.HTTPSConnection:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=120)
-            self.local.conn = conn
-        return conn
-
-    def request(self, method: str, path: str, body: dict, content_type: str = "application/json") -> tuple[int, bytes]:
-        data = json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
-                   "Accept": "application/json"}
-        for attempt in range(6):
-            try:
-                conn = self._conn()
-                conn.request(method, path, body=data, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-            except (http.client.HTTPException, OSError):
-                self.local.conn = None
-                if attempt == 5:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            if resp.status in (429, 500, 503, 504) and attempt < 5:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            if resp.status == 409 and method == "POST" and attempt > 0:
-                return 201, raw  # a retried create whose first try went in
-            return resp.status, raw
-        raise RuntimeError("unreachable")
-
-    def one(self, obj: dict) -> None:
-        kind, meta = obj["kind"], obj["metadata"]
-        if kind == "Node":
-            collection, item = "/api/v1/nodes", f"/api/v1/nodes/{meta['name']}"
-        else:
-            collection = f"{API}/namespaces/{meta['namespace']}/{PLURALS[kind]}"
-            item = f"{collection}/{meta['name']}"
-        body = {k: v for k, v in obj.items() if k != "status"}
-        status, raw = self.request("POST", collection, body)
-        if status != 201:
-            raise RuntimeError(f"create {item}: {status} {raw[:300]!r}")
-        if obj.get("status"):
-            status, raw = self.request("PATCH", item + "/status", {"status": obj["status"]},
-                                       "application/merge-patch+json")
-            if status != 200:
-                raise RuntimeError(f"status of {item}: {status} {raw[:300]!r}")
-
-    def upload(self, objects: list[dict], etcd_url: str | None = None) -> None:
-        """Namespaces first; then every object through the API server, or, with ``etcd_url``, the custom
-        resources straight into etcd (``put_etcd``) and only the Nodes through the API server."""
-        for ns in sorted({o["metadata"]["namespace"] for o in objects if "namespace" in o["metadata"]}):
-            status, raw = self.request("POST", "/api/v1/namespaces",
-                                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            if status not in (201, 409):
-                raise RuntimeError(f"namespace {ns}: {status} {raw[:300]!r}")
-        if etcd_url is not None:
-            put_etcd(etcd_url, [o for o in objects if o["kind"] in PLURALS])
-            objects = [o for o in objects if o["kind"] not in PLURALS]
-        with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            for _ in pool.map(self.one, objects, chunksize=64):
-                pass
-
-
-def put_etcd(etcd_url: str, objects: list[dict], threads: int = 4, per_txn: int = 128) -> None:
-    """Custom resources written into etcd as the API server stores them (JSON at
-    ``/registry/<group>/<plural>/<namespace>/<name>``, with uid, creationTimestamp and generation 1; status
-    included), 128 puts per transaction (etcd's default --max-txn-ops). The API server's watch cache follows
-    etcd, so the objects are there for every list and watch as if created through it: ~50× faster than the
-    ~200 creates/s the API server manages on this machine (two requests per object with a status)."""
-    import base64
-    import uuid
-
-    url = urlparse(etcd_url)
-    stamp = scale_fleet.iso(NOW)
-    local = threading.local()
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    def txn(chunk: list[dict]) -> None:
-        ops = []
-        for obj in chunk:
-            meta = obj["metadata"]
-            stored = {**obj, "metadata": {**meta, "uid": str(uuid.uuid4()), "creationTimestamp": stamp,
-                                          "generation": 1}}
-            key = f"/registry/jobtree.dev/{PLURALS[obj['kind']]}/{meta['namespace']}/{meta['name']}"
-            ops.append({"requestPut": {"key": b64(key.encode()), "value": b64(json.dumps(stored).encode())}})
-        data = json.dumps({"success": ops}).encode()
-        for attempt in range(5):
-            try:
-                conn = getattr(local, "conn", None) or http.client.HTTPConnection(url.hostname, url.port, timeout=120)
-                local.conn = conn
-                conn.request("POST", "/v3/kv/txn", body=data, headers={"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                raw = resp.read()
-                if resp.status == 200:
-                    return
-                error = f"{resp.status} {raw[:300]!r}"
-            except (http.client.HTTPException, OSError) as exc:
-                local.conn, error = None, repr(exc)
-            time.sleep(0.5 * (attempt + 1))
-        raise RuntimeError(f"etcd txn: {error}")
-
-    chunks = [objects[i:i + per_txn] for i in range(0, len(objects), per_txn)]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for _ in pool.map(txn, chunks):
-            pass
 
 
 # --- the reconciler process --------------------------------------------------------------------------------
@@ -933,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
             blocks = runs // 100
             objects = scale_fleet.fleet(range(loaded, blocks), NOW)
             t0 = time.monotonic()
-            loader.upload(objects, None if args.load_through_api else cp.etcd_url)
+            loader.upload(objects, None if args.load_through_api else cp.etcd_url, created=NOW)
             load_size = time.monotonic() - t0
             log(f"loaded {len(objects):,} objects (blocks {loaded}–{blocks - 1}) in {load_size:.0f} s "
                 f"({len(objects) / load_size:,.0f}/s); load average {load_average()}")

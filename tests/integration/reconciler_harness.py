@@ -40,16 +40,17 @@ def now() -> datetime:
 
 
 @contextlib.contextmanager
-def control_plane(*namespaces: str) -> Iterator[Any]:
+def control_plane(*namespaces: str, **options: Any) -> Iterator[Any]:
     """A kube-apiserver + etcd of the test tier (tests/controlplane) with the users of the RBAC tests, the
     jobtree.dev CRDs applied and Established, and ``namespaces`` created: the reconciler writes status to every
-    object it sees, so each reconciler test module uses one of its own (a module-scoped fixture)."""
+    object it sees, so each reconciler test module uses one of its own (a module-scoped fixture). ``options``
+    go to ``ControlPlane`` (``etcd_args``, ``apiserver_args``)."""
     from controlplane import DEFAULT_USERS, ControlPlane, skip_reason
 
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    with ControlPlane(users=DEFAULT_USERS) as plane:
+    with ControlPlane(users=DEFAULT_USERS, **options) as plane:
         plane.kubectl("apply", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         for namespace in namespaces:

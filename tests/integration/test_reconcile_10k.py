@@ -3,7 +3,7 @@ the one bench/bench_scale.py measures), the status the reconciler writes equals 
 ``plan NS/NAME -o json`` of the same objects — checked here, not only in the benchmark's table.
 
 The fleet is loaded as the benchmark loads it (tests/controlplane/bulk_load.py: the jobtree.dev objects straight
-into the control plane's etcd, the 16,300 Nodes and the namespaces through the API server) into a control plane
+into the control plane's etcd, the 17,300 Nodes and the namespaces through the API server) into a control plane
 of this module's own (the reconciler writes status to every object it sees; etcd's backend quota raised as the
 benchmark does). ``kubectl runs reconcile`` then runs as a user runs it — ``python -m kubectl_runs reconcile
 --no-leader-elect``, its own process, admin's kubeconfig — with two departures from its defaults, both to keep

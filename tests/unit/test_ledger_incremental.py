@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from ledger_passes import CASES, passes
 from test_ledger_properties import NOW, PROPERTIES, fleets
 
@@ -182,3 +183,27 @@ def test_the_view_after_each_write_is_the_snapshot_of_the_objects_written(snap):
         for field in ("runs", "reservations", "leases", "runs_by_key", "reservations_by_key", "leases_by_key",
                       "leases_by_run"):
             assert getattr(view, field) == getattr(fresh, field), (field, write.cause)
+
+
+@settings(PROPERTIES, max_examples=40)
+@given(fleets(), st.data())
+def test_a_view_whose_leases_are_read_late_or_never_is_still_the_snapshot_of_its_objects(snap, data):
+    """A view's lease tuple is made when first read (``writes._Minted``: the leases created since the last view
+    appended to a list the views share): views read in any order, some only after many more writes, some never,
+    each still holds the leases of the objects when it was made, and compares equal to that Snapshot."""
+    writes = plan_ledger(snap, NOW)
+    objects = Objects(snap)
+    views = []
+    for write in writes:
+        objects.apply(write)
+        view = objects.snapshot
+        views.append((view, tuple(objects.by_kind["GPULease"].values()), tuple(objects.by_kind["Run"].values()),
+                      tuple(objects.by_kind["Reservation"].values())))
+        if data.draw(st.booleans()):  # read now: the views after it append to its tuple
+            assert view.leases == views[-1][1], write.cause
+    for i in data.draw(st.permutations(range(len(views)))):
+        view, leases, runs, reservations = views[i]
+        if data.draw(st.booleans()):
+            assert view.leases == leases, i
+            assert view == Snapshot(nodes=snap.nodes, budgets=snap.budgets, runs=runs, reservations=reservations,
+                                    leases=leases, taken_at=snap.taken_at, notes=snap.notes), i

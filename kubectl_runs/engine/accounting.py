@@ -297,6 +297,7 @@ def _fund(
     env_owner = usage.owner
     label = f"{usage.key[0]}/{usage.key[1]} envelope {envelope.name}"
     lending = envelope.lending
+    first = len(usage.charges)  # the charges before (a walk that goes on: OpenBook._extend) keep theirs
     for lease in open_leases:
         gpus = len(lease.spec.slice.slots)
         charge = LeaseCharge(lease=lease, envelope=usage.key)
@@ -353,7 +354,7 @@ def _fund(
                     envelope=usage.key,
                 )
             )
-    usage.unfunded = sum(c.unfunded for c in usage.charges)
+    usage.unfunded += sum(c.unfunded for c in usage.charges[first:])  # unfunded: the sum of its charges'
 
 
 def _apply_caps(

@@ -34,9 +34,11 @@ from .packing import (
     DomainSums,
     ScopedNodes,
     capacity,
+    capacity_moved,
     domain_sums,
     open_leases,
     scoped_nodes,
+    slot_counts,
 )
 from .protection import Windows, protections
 from .releases import Release, releases
@@ -96,6 +98,7 @@ class Evaluation:
         self._keeper: OpenBook | None = None
         self._slots: dict[str, dict[str, int]] = {}  # node of a flavor in _free -> its valid slots held (count)
         self._sums: dict[tuple[str, str | None], DomainSums] = {}  # capacity's free GPUs and nodes by domain
+        self._moved: dict[tuple, set[str]] = {}  # a key of _capacity -> the domains whose free GPUs moved since
         self._open_nodes: dict[str, dict[str, Node]] = {}  # flavor -> its schedulable nodes with a free GPU
 
     @classmethod
@@ -161,7 +164,7 @@ class Evaluation:
         found = self._free.get(flavor)
         if found is None:
             nodes = [n for n in self.snapshot.nodes if n.flavor == flavor and n.schedulable]
-            held = _slot_counts(nodes, self.open)  # packing.used_slots, with how many leases hold each slot
+            held = slot_counts(nodes, self.open)  # packing.used_slots, with how many leases hold each slot
             for node in nodes:  # kept up to date by advance
                 self._slots[node.name] = held.get(node.name, {})
             found = self._free[flavor] = {
@@ -174,6 +177,9 @@ class Evaluation:
         """``packing.capacity`` of the open leases."""
         key = (flavor, domain, unit, spread)
         found = self._capacity.get(key)
+        moved = self._moved.pop(key, None)
+        if found is not None and moved:  # the leases written since moved a few domains' free GPUs
+            found = self._capacity[key] = capacity_moved(found, self._sums[(flavor, domain)], moved)
         if found is None:
             nodes = self._node_lists.get((flavor, domain))
             if nodes is None:
@@ -274,8 +280,9 @@ class Evaluation:
         then the one a new Evaluation of ``snapshot`` would compute (tests/unit/test_ledger_incremental.py):
         the ledger is funded again where the leases that opened or closed are charged (``OpenBook``), the
         open leases, charges and Active GPUs of the touched Runs, the free GPUs of the nodes whose slots moved,
-        the lease groups that changed; what is computed from all of those (capacity, funding inputs, remedy
-        candidates, releases) is dropped and computed again when asked. Only for ``Evaluation.kept``."""
+        the lease groups that changed, each capacity's entries of the domains whose free GPUs moved
+        (``packing.capacity_moved``, when next asked); what else is computed from all of those (funding inputs,
+        remedy candidates, releases) is dropped and computed again when asked. Only for ``Evaluation.kept``."""
         if self._keeper is None:
             raise ValueError("only an Evaluation made by Evaluation.kept can advance")
         at = self.at
@@ -331,8 +338,10 @@ class Evaluation:
                                               [x for x in members if x.spec.slice.role != "Active"])
                 else:
                     groups.pop(key, None)
-        flavors = self._free_changed(snapshot, closed, opened)
-        self._capacity = {k: v for k, v in self._capacity.items() if k[0] not in flavors}
+        moved = self._free_changed(snapshot, closed, opened)
+        for key in self._capacity:
+            if key[0] in moved:
+                self._moved.setdefault(key, set()).update(moved[key[0]])
         self._state, self._funding_inputs = None, {}
         self._releases, self._lottery = {}, {}
         activated = {r.spec.run_ref.key for run in runs for r in self.reservations_of(run)
@@ -340,8 +349,10 @@ class Evaluation:
         if activated:  # the leases of a Run started through an activation
             self._forget_protections()
 
-    def _free_changed(self, snapshot: Snapshot, closed: list[GPULease], opened: list[GPULease]) -> set[str]:
-        """Update the free GPUs of the nodes whose slots the leases hold; returns the flavors of those nodes."""
+    def _free_changed(self, snapshot: Snapshot, closed: list[GPULease], opened: list[GPULease]
+                      ) -> dict[str, set[str]]:
+        """Update the free GPUs of the nodes whose slots the leases hold; returns the domains whose free GPUs
+        moved (NO_DOMAIN for none), by flavor."""
         nodes = snapshot.nodes_by_name
         moved: set[str] = set()
         for leases, sign in ((closed, -1), (opened, 1)):
@@ -358,6 +369,7 @@ class Evaluation:
                         if not held[slot]:
                             del held[slot]
         flavors = {nodes[name].flavor for name in moved}
+        domains: dict[str, set[str]] = {}
         for flavor in flavors & set(self._free):
             free = self._free[flavor]
             sums = [(domain, found[0]) for (of, domain), found in self._sums.items() if of == flavor]
@@ -369,6 +381,7 @@ class Evaluation:
                     now = free[name] = 0 if node.out_of_service else max(0, node.gpus - len(self._slots.get(name, ())))
                     if now == was:
                         continue
+                    domains.setdefault(flavor, set()).add(node.domain or NO_DOMAIN)
                     for domain, by_domain in sums:  # packing.domain_sums of the nodes in scope
                         if domain is None or node.domain == domain:
                             by_domain[node.domain or NO_DOMAIN] += now - was
@@ -379,26 +392,11 @@ class Evaluation:
                     elif not was:  # back among them, in snapshot order: listed again when asked
                         self._open_nodes.pop(flavor, None)
                         open_nodes = None
-        return flavors
+        return domains
 
     def _forget_protections(self) -> None:
         self._protections = None
         self._lottery = {}
-
-
-def _slot_counts(nodes: Sequence[Node], leases: Sequence[GPULease]) -> dict[str, dict[str, int]]:
-    """Per node of ``nodes``, its valid slots held by ``leases`` (``packing.used_slots``) and by how many."""
-    wanted = {node.name: node.gpus for node in nodes}
-    out: dict[str, dict[str, int]] = {}
-    for lease in leases:
-        for slot in lease.spec.slice.slots:
-            name, _, ordinal = slot.rpartition("#")
-            gpus = wanted.get(name)
-            if gpus is None or not ordinal.isdigit() or int(ordinal) >= gpus:
-                continue
-            held = out.setdefault(name, {})
-            held[slot] = held.get(slot, 0) + 1
-    return out
 
 
 def _replace_or_append(items: list, old, new) -> None:

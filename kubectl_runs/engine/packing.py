@@ -14,7 +14,7 @@ Everything here is in GPUs (= slots). Pure: no clock, no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..model import GPULease, Node, Snapshot
@@ -105,16 +105,18 @@ def place(free: Mapping[str, int], unit: int | None, spread: bool) -> tuple[int,
     ``floor(free / unit)`` groups, and without cross-group spread only the best single domain counts towards
     the total; without ``unit`` every free slot is usable ("without g it is the sum of free slots", whatever the
     spread flag says). Always ``0 <= placeable <= free``."""
-    per_domain: dict[str, tuple[int, int | None]] = {}
-    for domain, gpus in free.items():
-        if unit:
-            groups = max(0, gpus) // unit
-            per_domain[domain] = (groups * unit, groups)
-        else:
-            per_domain[domain] = (max(0, gpus), None)
+    per_domain = {domain: _place_domain(gpus, unit) for domain, gpus in free.items()}
     amounts = [p for p, _ in per_domain.values()]
     total = sum(amounts) if spread or not unit else max(amounts, default=0)
     return total, per_domain
+
+
+def _place_domain(gpus: int, unit: int | None) -> tuple[int, int | None]:
+    """(placeable GPUs, whole groups) of one domain with ``gpus`` free (``place``)."""
+    if unit:
+        groups = max(0, gpus) // unit
+        return groups * unit, groups
+    return max(0, gpus), None
 
 
 @dataclass(frozen=True)
@@ -216,3 +218,36 @@ def capacity(
         nodes=tuple(nodes),
         spread_placeable=total if spread else place(free, unit, True)[0],
     )
+
+
+def capacity_moved(room: Capacity, sums: DomainSums, moved: Iterable[str]) -> Capacity:
+    """``room`` once the free GPUs of the ``moved`` domains are those of ``sums`` (``domain_sums`` of the same
+    nodes; the same unit and spread): what ``capacity`` computes, with the entries of only those domains made
+    again (an Evaluation that keeps up with the leases a pass mints, a few domains at a time)."""
+    free, counts = sums
+    domains = list(room.domains)
+    where = {d.domain: i for i, d in enumerate(domains)}
+    for name in moved:
+        i = where.get(name)
+        if i is not None:
+            p, g = _place_domain(free[name], room.unit)
+            domains[i] = DomainCapacity(domain=name, nodes=counts[name], free=free[name], placeable=p, groups=g)
+    amounts = [d.placeable for d in domains]
+    every = sum(amounts)  # place(free, unit, True)
+    total = every if room.spread or not room.unit else max(amounts, default=0)
+    return replace(room, domains=tuple(domains), placeable=total, spread_placeable=every)
+
+
+def slot_counts(nodes: Sequence[Node], leases: Iterable[GPULease]) -> dict[str, dict[str, int]]:
+    """Per node of ``nodes``, its valid slots held by ``leases`` (``used_slots``) and by how many."""
+    wanted = {node.name: node.gpus for node in nodes}
+    out: dict[str, dict[str, int]] = {}
+    for lease in leases:
+        for slot in lease.spec.slice.slots:
+            name, _, ordinal = slot.rpartition("#")
+            gpus = wanted.get(name)
+            if gpus is None or not ordinal.isdigit() or int(ordinal) >= gpus:
+                continue
+            held = out.setdefault(name, {})
+            held[slot] = held.get(slot, 0) + 1
+    return out

@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from ledger_passes import CASES, passes
 from test_ledger_properties import NOW, PROPERTIES, fleets
 
@@ -30,6 +31,7 @@ from kubectl_runs.engine.evaluation import Evaluation
 from kubectl_runs.engine.plan import plan_run
 from kubectl_runs.model import Scope, Snapshot
 from kubectl_runs.reconciler.ledger import LedgerOptions, PassState, plan_ledger, run_pass
+from kubectl_runs.reconciler.ledger.free_slots import FreeSlots
 from kubectl_runs.reconciler.ledger.writes import Objects
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "ledger_passes.json").read_text())["cases"]
@@ -182,3 +184,77 @@ def test_the_view_after_each_write_is_the_snapshot_of_the_objects_written(snap):
         for field in ("runs", "reservations", "leases", "runs_by_key", "reservations_by_key", "leases_by_key",
                       "leases_by_run"):
             assert getattr(view, field) == getattr(fresh, field), (field, write.cause)
+
+
+@settings(PROPERTIES, max_examples=40)
+@given(fleets(), st.data())
+def test_a_view_whose_leases_are_read_late_or_never_is_still_the_snapshot_of_its_objects(snap, data):
+    """A view's lease tuple is made when first read (``writes._Minted``: the leases created since the last view
+    appended to a list the views share): views read in any order, some only after many more writes, some never,
+    each still holds the leases of the objects when it was made, and compares equal to that Snapshot."""
+    writes = plan_ledger(snap, NOW)
+    objects = Objects(snap)
+    views = []
+    for write in writes:
+        objects.apply(write)
+        view = objects.snapshot
+        views.append((view, tuple(objects.by_kind["GPULease"].values()), tuple(objects.by_kind["Run"].values()),
+                      tuple(objects.by_kind["Reservation"].values())))
+        if data.draw(st.booleans()):  # read now: the views after it append to its tuple
+            assert view.leases == views[-1][1], write.cause
+    for i in data.draw(st.permutations(range(len(views)))):
+        view, leases, runs, reservations = views[i]
+        if data.draw(st.booleans()):
+            assert view.leases == leases, i
+            assert view == Snapshot(nodes=snap.nodes, budgets=snap.budgets, runs=runs, reservations=reservations,
+                                    leases=leases, taken_at=snap.taken_at, notes=snap.notes), i
+
+
+# --- what minting reads, kept as the pass writes -------------------------------------------------------------
+
+
+def _slots(free) -> tuple:
+    return (free.free, {n.name for n in free.nodes}, {d: [n.name for n in ns] for d, ns in free.by_domain.items()},
+            free.domain_free)
+
+
+class _Checked(PassState):
+    """A pass that, after every write, holds what it keeps for minting (``free_slots``, ``candidates``) equal
+    to what it would make again from its view."""
+
+    checked = 0
+
+    def emit(self, write) -> None:
+        super().emit(write)
+        for flavor, scope in list(self._free_slots):
+            kept = self.free_slots(flavor, scope)
+            fresh = FreeSlots.of(PassState(self.snap, self.at, self.options), flavor, scope)
+            assert _slots(kept) == _slots(fresh), (write.cause, flavor, scope)
+            assert [n.name for n in kept.nodes] == [n.name for n in fresh.nodes], write.cause  # in their order
+            _Checked.checked += 1
+
+
+@settings(PROPERTIES, max_examples=80)
+@given(fleets())
+def test_the_free_slots_minting_reads_are_after_each_write_those_of_the_view(snap):
+    """``PassState.free_slots`` (free_slots.FreeSlots: the candidate nodes with a free ordinal, their ordinals,
+    the domains' free slots) is made once and caught up on the nodes each write moved: after every write it is
+    what a new pass state makes from the view, and the pass writes what it wrote without the checks."""
+    state = _Checked(snap, NOW, LedgerOptions())
+    assert run_pass(state) == plan_ledger(snap, NOW)
+
+
+def test_the_free_slots_checks_ran():
+    """The property above checked something: on a 200-run scale fleet, where the pass mints 160 leases."""
+    from datetime import UTC, datetime
+
+    from bench import scale_fleet
+    from kubectl_runs.sources.files import load_file
+
+    now = datetime(2026, 11, 24, 5, 0, tzinfo=UTC)
+    doc = scale_fleet.snapshot_document(2, now, scale_fleet.COLD_BUDGET)
+    snap = load_file("fleet.json", json.dumps(doc).encode())
+    _Checked.checked = 0
+    state = _Checked(snap, now, LedgerOptions())
+    assert run_pass(state) == plan_ledger(snap, now)
+    assert _Checked.checked > 100, _Checked.checked

@@ -21,6 +21,7 @@ from ...engine.packing import NO_DOMAIN, group_unit, node_of
 from ...engine.plan import Plan
 from ...model import API_VERSION, Node, Run
 from ...timeutil import rfc3339
+from .free_slots import FreeSlots
 from .holdings import open_of, shape, start_width
 from .options import (
     ACTIVATED,
@@ -61,36 +62,18 @@ class Minting:
         # never fits a group nor gives it a slot)
         self._candidates: dict[str, Node] | None = None  # by name, when asked (_candidate)
         self.all_nodes = snap.nodes_by_name
-        busy = owner.busy()  # slots of the leases not closed at the instant
         lost = set(owner.victims.get(run.key, ())) if owner.serving != run.key else set()
         # (what it lost in this pass went to the Run that took it)
-        self.free: dict[str, list[int]] = {}
-        self.nodes: list[Node] = []  # the candidates with a free slot, in the plan's order
         if lost:
-            looked_at = plan.capacity.nodes
+            slots = _without(owner, plan.capacity.nodes, lost)
         else:
-            # a candidate whose every slot an open lease holds (the Evaluation's free GPUs, kept up to date as the
-            # pass mints) has no ordinal to give: only the others are looked at slot by slot (most nodes of a busy
-            # fleet are full)
-            scope = self.domain_scope
-            looked_at = [n for n in owner.evaluation().open_nodes(flavor).values()
-                         if scope is None or n.domain == scope]
-        for node in looked_at:
-            name = node.name
-            if lost:
-                held = busy.get(name) or {}
-                ordinals = [i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost]
-            else:
-                ordinals = list(owner.free_ordinals(node))
-            if ordinals:
-                self.free[name] = ordinals
-                self.nodes.append(node)
-        self.by_domain: dict[str, list[Node]] = {}  # self.nodes by domain (NO_DOMAIN for none), in their order
-        for node in self.nodes:
-            self.by_domain.setdefault(node.domain or NO_DOMAIN, []).append(node)
-        self.domain_free: dict[str, int] = {}  # free slots by domain, kept as slots are picked
-        for domain, nodes in self.by_domain.items():
-            self.domain_free[domain] = sum(len(self.free[node.name]) for node in nodes)
+            # the pass's (free_slots.FreeSlots, kept as it mints): a candidate whose every slot an open lease holds
+            # has no ordinal to give, and most nodes of a busy fleet are full
+            slots = owner.free_slots(flavor, self.domain_scope)
+        self.nodes: list[Node] = slots.nodes  # the candidates with a free slot, in the plan's order (read only)
+        self.by_domain: dict[str, list[Node]] = slots.by_domain  # self.nodes by domain (NO_DOMAIN: none; read only)
+        self.free: dict[str, tuple[int, ...]] = dict(slots.free)  # free ordinals by node, kept as slots are picked
+        self.domain_free: dict[str, int] = dict(slots.domain_free)  # free slots by domain, kept as slots are picked
         locality = run.spec.locality
         self.group_gpus = locality.group_gpus if locality else None
         self.spread = locality.allow_cross_group_spread if locality else True
@@ -123,7 +106,7 @@ class Minting:
     def _candidate(self, name: str) -> Node | None:
         """The candidate node ``name`` (free slots or not), None when it is not one."""
         if self._candidates is None:
-            self._candidates = {node.name: node for node in self.plan.capacity.nodes}
+            self._candidates = self.pass_.candidates(self.plan.capacity)
         return self._candidates.get(name)
 
     def _domain_of(self, name: str) -> str:
@@ -191,7 +174,8 @@ class Minting:
             return None
         for slot in picked:
             name, _, ordinal = slot.rpartition("#")
-            free[name].remove(int(ordinal))
+            taken = int(ordinal)
+            free[name] = tuple(i for i in free[name] if i != taken)
             node_domain = self.all_nodes[name].domain or NO_DOMAIN
             self.domain_free[node_domain] -= 1
         self.group_slots.setdefault(group, []).extend(picked)
@@ -319,3 +303,21 @@ class Minting:
         cause = (f"{reason}: mint {run.namespace}/{name} for {run.key} group {group} ({len(slots)} {role} GPUs on "
                  f"{', '.join(nodes)}), paid by {'/'.join(payer)}")
         return body, cause
+
+
+def _without(owner: PassState, candidates: Sequence[Node], lost: set[str]) -> FreeSlots:
+    """The free slots of ``candidates`` other than those in ``lost`` (a victim of this instant's activations
+    is never minted onto the slots it just lost)."""
+    busy = owner.busy()  # slots of the leases not closed at the instant
+    made = FreeSlots("", None)
+    for node in candidates:
+        name = node.name
+        held = busy.get(name) or {}
+        ordinals = tuple(i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost)
+        if ordinals:
+            made.free[name] = ordinals
+            made.nodes.append(node)
+            domain = node.domain or NO_DOMAIN
+            made.by_domain.setdefault(domain, []).append(node)
+            made.domain_free[domain] = made.domain_free.get(domain, 0) + len(ordinals)
+    return made

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ...engine.evaluation import Evaluation
+from ...engine.packing import Capacity
 from ...engine.plan import open_ledger
 from ...model import GPULease, Node, Reservation, Snapshot
 from ..actions import AnyWrite, PatchStatus
+from .free_slots import FreeSlots
 from .options import LedgerOptions
 from .writes import Objects
 
@@ -41,6 +43,8 @@ class PassState:
         self._busy: dict[str, dict[str, int]] | None = None  # node -> slot -> leases not closed at the instant
         self._names: dict[str, set[str]] | None = None  # namespace -> names of its GPULeases
         self._ordinals: dict[str, tuple[int, ...]] = {}  # node -> its ordinals free of _busy (free_ordinals)
+        self._free_slots: dict[tuple[str, str | None], FreeSlots] = {}  # (flavor, domain scope) -> free_slots
+        self._candidates: dict[tuple[str, str | None], dict[str, Node]] = {}  # (flavor, scope) -> candidates
         self.waiting: tuple | None = None  # (view, keys of runs with a Pending Reservation)
         self.victims: dict[str, set[str]] = {}  # run -> slots it lost to an activation at this instant
         self.serving: str | None = None  # the run an activation is admitting right now
@@ -113,6 +117,25 @@ class PassState:
             found = self._ordinals[name] = tuple(i for i in range(node.gpus) if f"{name}#{i}" not in held)
         return found
 
+    def free_slots(self, flavor: str, scope: str | None) -> FreeSlots:
+        """The candidate nodes of ``flavor`` in ``scope`` with a free ordinal (``free_slots.FreeSlots``), as the
+        current view has them."""
+        key = (flavor, scope)
+        found = self._free_slots.get(key)
+        if found is None or not found.catch_up(self):
+            self.busy()  # from now on, the leases the pass writes mark the nodes they move
+            found = self._free_slots[key] = FreeSlots.of(self, flavor, scope)
+        return found
+
+    def candidates(self, capacity: Capacity) -> dict[str, Node]:
+        """``capacity``'s candidate nodes by name: the schedulable nodes of its flavor in its domain scope, which
+        the pass does not change (made once per flavor and scope, not per Run minted)."""
+        key = (capacity.flavor, capacity.domain_scope)
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = {node.name: node for node in capacity.nodes}
+        return found
+
     def lease_names(self, namespace: str) -> set[str]:
         """The names of the GPULeases of ``namespace`` (any state)."""
         if self._names is None:
@@ -129,6 +152,8 @@ class PassState:
         for slot in lease.spec.slice.slots:
             node = slot.rpartition("#")[0]
             self._ordinals.pop(node, None)
+            for free in self._free_slots.values():
+                free.moved.add(node)
             held = self._busy.setdefault(node, {})
             held[slot] = held.get(slot, 0) + sign
             if not held[slot]:

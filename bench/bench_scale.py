@@ -289,9 +289,10 @@ def cold_start(cp, rec: Reconciler, cap: float, out: dict) -> bool:
     return False
 
 
-def lease_changes(cp, rec: Reconciler, args, interval: float | None) -> list[dict]:
-    """Close an open lease of a Running run, then create its replacement on the same slot, alternately."""
-    ns, run = scale_fleet.namespace(0), scale_fleet.run_name(0, 0)
+def lease_changes(cp, rec: Reconciler, args, interval: float | None, block: int = 0) -> list[dict]:
+    """Close an open lease of a Running run, then create its replacement on the same slot, alternately; in
+    ``block`` (each size its own last block: a smaller size measured first in the same cluster changed block 0)."""
+    ns, run = scale_fleet.namespace(block), scale_fleet.run_name(block, 0)
     collection = f"{API}/namespaces/{ns}/gpuleases"
     code, current = cp.request("GET", f"{collection}/{run}-g00")
     assert code == 200, current
@@ -586,7 +587,7 @@ def measure(cp, blocks: int, args, work: Path, help_text: str) -> dict:
                                                  else f", {out.get('not_idle')}")
                                               if "converged" in out else out["cold"]) + f"; load {load_average()}")
         if converged or args.measure_unconverged:
-            out["changes"] = lease_changes(cp, rec, args, interval)
+            out["changes"] = lease_changes(cp, rec, args, interval, blocks - 1)
             spec, failed = spec_latency(cp, rec, args.spec_samples, args.sample_cap)
             out["spec"], out["spec_failed"] = spec, failed
             if spec:

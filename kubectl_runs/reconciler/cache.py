@@ -8,7 +8,8 @@ fresh list, whose differences from the cache are delivered as changes. Other fai
 and are counted; an informer never gives up.
 
 The store keeps, per object, the typed model record (what the engine reads), the ``status`` as stored (for
-the kinds the reconciler writes status to: the diff compares against it) and its resourceVersion. An object
+the kinds the reconciler writes status to: the diff compares against it) and its resourceVersion; the values
+records repeat (namespaces, run names, flavors, times, empty dicts) are held once (reconciler/sharing.py). An object
 the model refuses is kept as a ``BadObject`` naming the field, outside the snapshot. ``snapshot()`` builds the
 immutable Snapshot the pure code evaluates (cached until something changes)."""
 

@@ -72,7 +72,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "controlplane"))
 
-from bulk_load import Loader  # noqa: E402
+from bulk_load import Loader, runs_without_status  # noqa: E402
 from controlplane import ControlPlane, _die_with_parent  # noqa: E402
 
 from bench import scale_fleet  # noqa: E402
@@ -217,21 +217,6 @@ def wait_quiet(cp, rec: Reconciler, quiet: float, cap: float, base: dict[str, in
         current = server_writes(cp)
         if current != last:
             last, last_change = current, time.monotonic()
-
-
-def runs_without_status(cp) -> tuple[int, int]:
-    """(Runs without status.plan, Runs) over a paginated list."""
-    missing = count = 0
-    cont = ""
-    while True:
-        code, body = cp.request("GET", f"{API}/runs?limit=500" + (f"&continue={cont}" if cont else ""))
-        assert code == 200, body
-        for item in body["items"]:
-            count += 1
-            missing += not (item.get("status") or {}).get("plan")
-        cont = body["metadata"].get("continue")
-        if not cont:
-            return missing, count
 
 
 def pct(values: list[float], q: float) -> float:

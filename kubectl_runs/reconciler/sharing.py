@@ -42,37 +42,27 @@ class Sharing:
 
     # --- values -------------------------------------------------------------------------------------------
 
-    def text(self, value: str) -> str:
-        pool = self._strings
-        found = pool.get(value)
-        if found is None:
-            if len(pool) >= self.limit:
-                pool.clear()
-            pool[value] = found = value
-        return found
-
-    def time(self, value: datetime | None) -> datetime | None:
-        if value is None or value.tzinfo is not UTC:
-            return value
-        pool = self._times
-        found = pool.get(value)
-        if found is None:
-            if len(pool) >= self.limit:
-                pool.clear()
-            pool[value] = found = value
-        return found
-
-    def value(self, value: Any, key: Any = None) -> Any:
-        """``value`` or the one seen before under the same ``key`` (default: the value itself, hashable and
-        compared by type and fields, as frozen msgspec structs are)."""
-        pool = self._values
-        key = (type(value), value if key is None else key)
+    def _pooled(self, pool: dict, key: Any, value: Any) -> Any:
+        """The value ``pool`` holds under ``key``, else ``value`` (kept there; the pool starts over when full)."""
         found = pool.get(key)
         if found is None:
             if len(pool) >= self.limit:
                 pool.clear()
             pool[key] = found = value
         return found
+
+    def text(self, value: str) -> str:
+        return self._pooled(self._strings, value, value)
+
+    def time(self, value: datetime | None) -> datetime | None:
+        if value is None or value.tzinfo is not UTC:
+            return value
+        return self._pooled(self._times, value, value)
+
+    def value(self, value: Any, key: Any = None) -> Any:
+        """``value`` or the one seen before under the same ``key`` (default: the value itself, hashable and
+        compared by type and fields, as frozen msgspec structs are)."""
+        return self._pooled(self._values, (type(value), value if key is None else key), value)
 
     def _meta(self, meta: Any) -> None:
         force_setattr(meta, "namespace", self.text(meta.namespace))

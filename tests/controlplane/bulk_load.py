@@ -166,3 +166,19 @@ def put_etcd(etcd_url: str, objects: list[dict], threads: int = 4, per_txn: int 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for _ in pool.map(txn, chunks):
             pass
+
+
+def runs_without_status(cp, page: int = 500) -> tuple[int, int]:
+    """(Runs without ``status.plan``, Runs), over a list paged ``page`` at a time (the benchmark and the 10,000-run
+    test wait for a cold start with it)."""
+    missing = count = 0
+    cont = ""
+    while True:
+        code, body = cp.request("GET", f"{API}/runs?limit={page}" + (f"&continue={cont}" if cont else ""))
+        assert code == 200, body
+        for item in body["items"]:
+            count += 1
+            missing += not (item.get("status") or {}).get("plan")
+        cont = body["metadata"].get("continue")
+        if not cont:
+            return missing, count

@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from bulk_load import Loader
-from reconciler_harness import API, ROOT, Reconciler, control_plane, now, wait_for
+from bulk_load import Loader, runs_without_status
+from reconciler_harness import ROOT, Reconciler, control_plane, now, wait_for
 
 from kubectl_runs.reconciler.status import stable_text
 
@@ -45,6 +45,7 @@ from bench import scale_fleet
 
 BLOCKS = 100  # × 100 Runs / 2,000 GPULeases / 173 Nodes: 10,000 Runs, 200,000 GPULeases, 17,300 Nodes
 NOW = now()
+
 RECONCILE = ("--no-leader-elect", "--metrics-addr", "127.0.0.1:0", "--resync-period", "1h",
              "--kube-api-qps", "1000", "--kube-api-burst", "1000")
 ENVELOPE_FIELDS = ("windowActive", "concurrency", "usedGPUs", "headroomGPUs", "ownedGPUs", "sharedGPUs", "borrowedGPUs",
@@ -79,21 +80,6 @@ def fleet():
         code, node = cp.request("GET", f"/api/v1/nodes/{scale_fleet.node_name(BLOCKS - 1, 0)}")
         assert code == 200 and node["status"]["allocatable"]["nvidia.com/gpu"] == str(scale_fleet.NODE_GPUS), node
         yield cp
-
-
-def runs_without_status(cp) -> tuple[int, int]:
-    """(Runs without status.plan, Runs), over a paginated list."""
-    missing = count = 0
-    cont = ""
-    while True:
-        code, body = cp.request("GET", f"{API}/runs?limit=2000" + (f"&continue={cont}" if cont else ""))
-        assert code == 200, body
-        for item in body["items"]:
-            count += 1
-            missing += not (item.get("status") or {}).get("plan")
-        cont = body["metadata"].get("continue")
-        if not cont:
-            return missing, count
 
 
 def cpu_seconds(pid: int) -> float:
@@ -133,7 +119,7 @@ def converged(fleet, tmp_path_factory):
             lines = proc.writes()
             if sum("kind=Run " in x for x in lines) < runs or sum("kind=Budget " in x for x in lines) < BLOCKS:
                 return False
-            return runs_without_status(cp) == (0, runs)
+            return runs_without_status(cp, page=2000) == (0, runs)
 
         wait_for("a status on every Run", written, timeout=600, every=2.0)
         statuses = time.monotonic() - started

@@ -40,14 +40,17 @@ class FreeSlots:
         for node in owner.evaluation().open_nodes(flavor).values():
             if scope is not None and node.domain != scope:
                 continue
-            ordinals = owner.free_ordinals(node)
-            if ordinals:
-                made.free[node.name] = ordinals
-                made.nodes.append(node)
-                domain = node.domain or NO_DOMAIN
-                made.by_domain.setdefault(domain, []).append(node)
-                made.domain_free[domain] = made.domain_free.get(domain, 0) + len(ordinals)
+            made.add(node, owner.free_ordinals(node))
         return made
+
+    def add(self, node: Node, ordinals: tuple[int, ...]) -> None:
+        """``node`` last, with its free ``ordinals`` (none: left out)."""
+        if ordinals:
+            self.free[node.name] = ordinals
+            self.nodes.append(node)
+            domain = node.domain or NO_DOMAIN
+            self.by_domain.setdefault(domain, []).append(node)
+            self.domain_free[domain] = self.domain_free.get(domain, 0) + len(ordinals)
 
     def catch_up(self, owner: PassState) -> bool:
         """Look at the ``moved`` nodes again; False when one came back among the candidates (its place in their

@@ -313,11 +313,5 @@ def _without(owner: PassState, candidates: Sequence[Node], lost: set[str]) -> Fr
     for node in candidates:
         name = node.name
         held = busy.get(name) or {}
-        ordinals = tuple(i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost)
-        if ordinals:
-            made.free[name] = ordinals
-            made.nodes.append(node)
-            domain = node.domain or NO_DOMAIN
-            made.by_domain.setdefault(domain, []).append(node)
-            made.domain_free[domain] = made.domain_free.get(domain, 0) + len(ordinals)
+        made.add(node, tuple(i for i in range(node.gpus) if f"{name}#{i}" not in held and f"{name}#{i}" not in lost))
     return made

@@ -203,3 +203,27 @@ def test_a_run_kept_in_one_domain_grows_by_steps_when_its_full_width_does_not_pl
         done = apply_writes(part, plan_ledger(part, NOW))
         assert ledger_state(done) == ledger_state(whole), cut
         assert plan_ledger(done, NOW) == [], cut
+
+
+def test_a_pass_resumed_after_an_activations_first_lease_gives_its_run_only_the_start_width():
+    """Found by the property above: an activation admits its Run at its start width (growing comes with
+    everyone else's admission). A pass cut short after the activation's first lease, resumed, used to admit the
+    Run at the width the fleet then allowed — growing it onto the GPUs the next activation of the instant would
+    have taken — and the two passes ended with different leases."""
+    snap = snapshot(
+        node("n0", gpus=8, domain="d0"), node("n1", gpus=4, domain="d1"),
+        budget("b", "x", owner="org:x", envelopes=[envelope("w", concurrency=16)]),
+        budget("b", "a", owner="org:a", envelopes=[envelope("w", concurrency=8)]),
+        run("p2", "x", gpus=8, phase=None, spares_per_group=1, created=T0,
+            malleable={"minTotalGPUs": 4, "maxTotalGPUs": 8, "stepGPUs": 4, "desiredTotalGPUs": 8}),
+        run("p0", "a", gpus=4, phase=None, created=T0 + timedelta(minutes=1)),
+        reservation("p2-r1", "x", run_name="p2", earliest_start=NOW - timedelta(minutes=30)),
+        reservation("p0-r1", "a", run_name="p0", earliest_start=NOW - timedelta(minutes=1)),
+    )
+    writes = plan_ledger(snap, NOW)
+    whole = apply_writes(snap, writes)
+    first = next(i for i, w in enumerate(writes) if w.kind == "GPULease" and w.key.startswith("x/p2-"))
+    assert any(w.kind == "GPULease" and w.key.startswith("a/p0-") for w in writes[first:])  # p0 starts too
+    part = apply_writes(snap, writes[:first + 1])
+    done = apply_writes(part, plan_ledger(part, NOW))
+    assert ledger_state(done) == ledger_state(whole)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...engine.plan import plan_run
 from ...model import Run
 from ..actions import Create
-from .holdings import below_start, full, held, live, pending, unfinished_width
+from .holdings import below_start, full, held, live, pending, start_width, unfinished_width
 from .minting import Minting
 from .options import ACTIVATED, FAR, RELEASED
 from .pass_state import PassState
@@ -51,9 +51,10 @@ def release_started(state: PassState, run_key: str) -> None:
             state.settle(reservation, RELEASED, "Started", f"run {run_key} started without it")
 
 
-def admit_one(state: PassState, run: Run) -> bool:
+def admit_one(state: PassState, run: Run, *, start_only: bool = False) -> bool:
     """Mint the leases of one step of ``run`` (its start width, the rest of a half-minted width, or growth);
-    False when there is nothing to mint or it does not place and fund."""
+    False when there is nothing to mint or it does not place and fund. ``start_only``: no width above its start
+    width (an activation's admission: growing comes with everyone else's)."""
     snap = state.snap
     holding = held(snap, run, state.at)
     if full(run, holding):
@@ -78,6 +79,8 @@ def admit_one(state: PassState, run: Run) -> bool:
         held_gpus = holding.total_active
         widths += [w for w in range(malleable.min_total_gpus, plan.planned_width, malleable.step_gpus)
                    if w > held_gpus][::-1]
+    if start_only:
+        widths = [w for w in widths if w <= start_width(run)]
     for width in widths:
         minted = Minting(state, run, plan, book, width).compute()
         if minted is None:

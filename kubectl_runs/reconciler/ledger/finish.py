@@ -74,7 +74,7 @@ def admit_reserving(state: PassState, reservation: Reservation) -> None:
         state.serving = run.key
         try:
             release_started(state, run.key)
-            admit_one(state, state.snap.runs_by_key[run.key])
+            admit_one(state, state.snap.runs_by_key[run.key], start_only=True)
         finally:
             state.serving = None
 
